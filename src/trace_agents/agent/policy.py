@@ -1,0 +1,121 @@
+"""Policies turn a batch of conversations into assistant replies.
+
+`TransformersPolicy` runs a local model: one batched `generate` per call (left padding, KV cache,
+stop at end of turn). `OpenAIPolicy` (openai_policy.py) calls any OpenAI-compatible server.
+Both return parsed `Reply`s: malformed model text becomes `error`, never an exception.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import torch
+
+from trace_agents.agent.format import END_OF_TURN, parse_reply
+from trace_agents.types import Message
+
+
+@dataclass
+class Request:
+    messages: list[Message]
+    tools: list[dict[str, Any]] = field(default_factory=list)
+    call_id_prefix: str = "call"
+
+
+@dataclass
+class Reply:
+    message: Message
+    text: str
+    error: str | None = None
+    new_tokens: int = 0
+    prompt_tokens: int = 0
+    truncated: bool = False
+
+
+@dataclass
+class Sampling:
+    """Decoding settings shared by every policy."""
+
+    max_new_tokens: int = 256
+    """Tokens generated per assistant turn at most (a reply cut here is marked truncated)."""
+    temperature: float = 0.0
+    """0 means greedy decoding."""
+    top_p: float = 1.0
+    seed: int = 0
+    """Seeds sampling so that a rerun gives the same rollouts."""
+
+
+class Policy(Protocol):
+    name: str
+
+    def act(self, requests: list[Request], sampling: Sampling) -> list[Reply]: ...
+
+
+class TransformersPolicy:
+    """A local causal LM with our chat template. `batch_size` caps sequences per generate call."""
+
+    def __init__(self, model, tokenizer, name: str = "local", batch_size: int = 16):
+        self.model, self.tokenizer, self.name, self.batch_size = model, tokenizer, name, batch_size
+        self.eot_id = tokenizer.convert_tokens_to_ids(END_OF_TURN)
+
+    def render(self, request: Request) -> str:
+        msgs = [m.to_chat() for m in request.messages]
+        return self.tokenizer.apply_chat_template(
+            msgs, tools=request.tools or None, tokenize=False, add_generation_prompt=True
+        )
+
+    def act(self, requests: list[Request], sampling: Sampling) -> list[Reply]:
+        # Sorting by prompt length keeps padding (wasted compute) small within each batch.
+        texts = [self.render(r) for r in requests]
+        order = sorted(range(len(texts)), key=lambda i: len(texts[i]))
+        replies: list[Reply | None] = [None] * len(requests)
+        for start in range(0, len(order), self.batch_size):
+            idx = order[start : start + self.batch_size]
+            for i, reply in zip(idx, self._generate([texts[i] for i in idx], [requests[i] for i in idx], sampling)):
+                replies[i] = reply
+        return replies  # type: ignore[return-value]
+
+    @torch.no_grad()
+    def _generate(self, texts: list[str], requests: list[Request], sampling: Sampling) -> list[Reply]:
+        device = next(self.model.parameters()).device
+        enc = self.tokenizer(texts, return_tensors="pt", padding=True, add_special_tokens=False).to(device)
+        torch.manual_seed(sampling.seed)
+        greedy = sampling.temperature <= 0
+        out = self.model.generate(
+            **enc,
+            max_new_tokens=sampling.max_new_tokens,
+            do_sample=not greedy,
+            temperature=None if greedy else sampling.temperature,
+            top_p=None if greedy else sampling.top_p,
+            top_k=None,
+            eos_token_id=self.eot_id,
+            pad_token_id=self.tokenizer.pad_token_id,
+        )
+        new = out[:, enc["input_ids"].shape[1] :]
+        prompt_lens = enc["attention_mask"].sum(dim=1).tolist()
+        replies = []
+        for row, req, plen in zip(new.tolist(), requests, prompt_lens):
+            ended = self.eot_id in row
+            row = row[: row.index(self.eot_id)] if ended else row
+            text = self.tokenizer.decode(row, skip_special_tokens=True)
+            parsed = parse_reply(text, req.call_id_prefix)
+            error = parsed.error
+            if not ended:
+                error = "; ".join(filter(None, [error, f"truncated at {sampling.max_new_tokens} new tokens"]))
+            replies.append(
+                Reply(parsed.message, text, error or None, len(row) + int(ended), int(plen), truncated=not ended)
+            )
+        return replies
+
+
+def make_policy(model: str, *, device: str | None = None, dtype: str = "float32", batch_size: int = 16) -> Policy:
+    """A policy for a MODEL argument of the command line (DESIGN.md §9)."""
+    if model.startswith("openai:"):
+        from trace_agents.agent.openai_policy import OpenAIPolicy
+
+        return OpenAIPolicy.from_spec(model)
+    from trace_agents.models import load_model
+
+    m, tok = load_model(model, device=device, dtype=dtype)
+    return TransformersPolicy(m, tok, name=model, batch_size=batch_size)

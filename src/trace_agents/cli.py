@@ -1,0 +1,232 @@
+"""`trace-agents`: one command, a subcommand per job (DESIGN.md §9).
+
+Exit status: 0 on success, 2 for bad arguments or input (the message names the field and the fix),
+1 for a failure while running.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Optional
+
+import typer
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+from rich.table import Table
+
+app = typer.Typer(add_completion=False, no_args_is_help=True, help="TRACE: train tool-using agents on what they lack.")
+console = Console(stderr=True)
+
+
+class UsageError(Exception):
+    """Bad arguments or input: exit status 2."""
+
+
+def _progress() -> Progress:
+    return Progress(
+        TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+        TimeRemainingColumn(), console=console, transient=False,
+    )
+
+
+# ---- shared options ---------------------------------------------------------------------------
+EnvOpt = typer.Option(..., "--env", help="bfcl/simple_python | bfcl/multiple | bfcl/parallel | bfcl/multi_turn_base | path/to/env.py")
+ModelOpt = typer.Option(..., "--model", help="smollm2-135m | tiny-random | a local model folder | openai:NAME@BASE_URL")
+SplitOpt = typer.Option("test", "--split", help="train | test")
+LimitOpt = typer.Option(None, "--limit", help="Use the first N seeds of the split (all if omitted).")
+MaxStepsOpt = typer.Option(None, "--max-steps", help="Assistant turns per episode at most (default: 1 for single-turn BFCL, 20 otherwise).")
+MaxNewOpt = typer.Option(256, "--max-new-tokens", help="Tokens per assistant turn at most.")
+TempOpt = typer.Option(0.0, "--temperature", help="0 = greedy.")
+BatchOpt = typer.Option(16, "--batch-size", help="Sequences per generate call (local models).")
+DeviceOpt = typer.Option(None, "--device", help="cpu, cuda, cuda:1 ... (default: cuda if available).")
+DtypeOpt = typer.Option("float32", "--dtype", help="float32 | bfloat16 | float16 (local models).")
+SeedOpt = typer.Option(0, "--seed", help="Sampling seed.")
+
+
+def _run_rollouts(env, model, split, limit, samples, max_steps, max_new_tokens, temperature, batch_size, device, dtype, seed, partial: Path | None):
+    from trace_agents.agent.policy import Sampling, make_policy
+    from trace_agents.agent.rollout import rollout
+    from trace_agents.envs.base import resolve_env
+
+    if split not in ("train", "test"):
+        raise UsageError(f"--split must be train or test, not {split!r}")
+    if dtype not in ("float32", "bfloat16", "float16"):
+        raise UsageError(f"--dtype must be float32, bfloat16 or float16, not {dtype!r}")
+    make_env = resolve_env(env)
+    probe = make_env()
+    seeds = probe.seeds(split)
+    if limit is not None:
+        if limit < 1:
+            raise UsageError("--limit must be at least 1")
+        seeds = seeds[:limit]
+    if max_steps is None:
+        max_steps = 20 if getattr(probe, "multi_turn", True) else 1
+    with console.status(f"loading {model}"):
+        policy = make_policy(model, device=device, dtype=dtype, batch_size=batch_size)
+    sampling = Sampling(max_new_tokens=max_new_tokens, temperature=temperature, seed=seed)
+    sink = partial.open("w") if partial else None
+    started = time.time()
+    with _progress() as bar:
+        task = bar.add_task(f"{env} {split}", total=len(seeds) * samples)
+
+        def done(traj):
+            bar.advance(task)
+            if sink:  # finished episodes reach disk at once: a crash loses only the live ones
+                sink.write(traj.model_dump_json(exclude_none=True) + "\n")
+                sink.flush()
+
+        trajs = rollout(make_env, policy, seeds, samples=samples, max_steps=max_steps, sampling=sampling, on_episode_done=done)
+    if sink:
+        sink.close()
+    return trajs, time.time() - started
+
+
+@app.command("rollout")
+def rollout_cmd(
+    env: str = EnvOpt, model: str = ModelOpt, split: str = SplitOpt, limit: Optional[int] = LimitOpt,
+    samples: int = typer.Option(1, "--samples", help="Rollouts per task; they share the task's seed."),
+    out: Path = typer.Option(..., "--out", help="Trajectories JSONL to write."),
+    max_steps: Optional[int] = MaxStepsOpt, max_new_tokens: int = MaxNewOpt, temperature: float = TempOpt,
+    batch_size: int = BatchOpt, device: Optional[str] = DeviceOpt, dtype: str = DtypeOpt, seed: int = SeedOpt,
+):
+    """Run the agent on an environment and write its trajectories (JSONL)."""
+    from trace_agents.types import write_jsonl
+
+    partial = out.with_name(out.name + ".partial")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    trajs, secs = _run_rollouts(env, model, split, limit, samples, max_steps, max_new_tokens, temperature, batch_size, device, dtype, seed, partial)
+    write_jsonl(out, trajs)
+    partial.unlink(missing_ok=True)
+    ok = sum(t.success for t in trajs)
+    console.print(f"{len(trajs)} trajectories, {ok} successful, in {secs:.0f}s -> {out}")
+
+
+@app.command("evaluate")
+def evaluate_cmd(
+    env: str = EnvOpt, model: str = ModelOpt, split: str = SplitOpt, limit: Optional[int] = LimitOpt,
+    out: Path = typer.Option(..., "--out", help="Summary JSON to write."),
+    samples: int = typer.Option(1, "--samples", help="Rollouts per task."),
+    trajectories: Optional[Path] = typer.Option(None, "--trajectories", help="Also write the trajectories here (JSONL)."),
+    max_steps: Optional[int] = MaxStepsOpt, max_new_tokens: int = MaxNewOpt, temperature: float = TempOpt,
+    batch_size: int = BatchOpt, device: Optional[str] = DeviceOpt, dtype: str = DtypeOpt, seed: int = SeedOpt,
+):
+    """Score a model on held-out tasks: success rate with 95% interval, mean reward, mean tool calls."""
+    summary = evaluate_to(out, env, model, split, limit, samples, trajectories, max_steps, max_new_tokens, temperature, batch_size, device, dtype, seed)
+    _print_summaries([summary])
+
+
+def evaluate_to(out, env, model, split, limit, samples=1, trajectories=None, max_steps=None, max_new_tokens=256, temperature=0.0, batch_size=16, device=None, dtype="float32", seed=0) -> dict:
+    from trace_agents.evaluate import summarize
+    from trace_agents.types import write_json, write_jsonl
+
+    trajs, secs = _run_rollouts(env, model, split, limit, samples, max_steps, max_new_tokens, temperature, batch_size, device, dtype, seed, None)
+    summary = summarize(trajs, env=env, model=model, split=split)
+    summary["seconds"] = round(secs, 1)
+    write_json(out, summary)
+    if trajectories:
+        write_jsonl(trajectories, trajs)
+    return summary
+
+
+def _print_summaries(summaries: list[dict]) -> None:
+    table = Table(title="evaluation")
+    for col in ("env", "model", "split", "n", "success", "95% CI", "reward", "tool calls", "top failure"):
+        table.add_column(col)
+    for s in summaries:
+        top = next(iter(s["failures"]), "-")
+        table.add_row(
+            s["env"], s["model"], s["split"], str(s["n"]), f"{100 * s['success_rate']:.1f}%",
+            f"[{100 * s['ci95'][0]:.1f}, {100 * s['ci95'][1]:.1f}]", f"{s['mean_reward']:.3f}",
+            f"{s['mean_tool_calls']:.2f}", top,
+        )
+    Console().print(table)
+
+
+@app.command("warmup")
+def warmup_cmd(
+    model: str = typer.Option("smollm2-135m", "--model", help="Local model to warm up (not an endpoint)."),
+    out: Path = typer.Option(..., "--out", help="Folder for the warmed model."),
+    steps: int = typer.Option(30, "--steps", help="Optimizer steps."),
+    batch_size: int = typer.Option(4, "--batch-size", help="Examples per step."),
+    lr: float = typer.Option(1e-4, "--lr", help="Learning rate."),
+    seed: int = typer.Option(0, "--seed", help="Example stream and torch seed."),
+    device: Optional[str] = DeviceOpt,
+):
+    """Short supervised warm-up on tool-call format from synthetic tasks (never the target's)."""
+    if model.startswith("openai:"):
+        raise UsageError("--model must be a local model for warmup, not an endpoint")
+    if steps < 1 or batch_size < 1:
+        raise UsageError("--steps and --batch-size must be at least 1")
+    run_warmup(model, out, steps, batch_size, lr, seed, device)
+
+
+def run_warmup(model, out, steps, batch_size, lr, seed, device) -> dict:
+    from trace_agents.warmup.sft import WarmupConfig, warmup
+
+    config = WarmupConfig(steps=steps, batch_size=batch_size, lr=lr, seed=seed)
+    with _progress() as bar:
+        task = bar.add_task("warm-up", total=steps)
+
+        def on_step(step, loss):
+            bar.update(task, advance=1, description=f"warm-up loss {loss:.3f}")
+
+        report = warmup(model, out, config, device=device, on_step=on_step)
+    console.print(f"warmed model saved to {out} ({report['seconds']:.0f}s, final loss {report['losses'][-1]:.3f})")
+    return report
+
+
+@app.command("demo")
+def demo_cmd(
+    out: Path = typer.Option(Path("runs/demo"), "--out", help="Run folder."),
+    limit: int = typer.Option(50, "--limit", help="Held-out BFCL tasks per category."),
+    steps: int = typer.Option(30, "--steps", help="Warm-up steps."),
+    device: Optional[str] = DeviceOpt,
+):
+    """What exists so far, on the embedded defaults: warm up SmolLM2-135M on synthetic tool-call
+    tasks, then evaluate base and warmed models on held-out BFCL tasks."""
+    console.print(
+        "[bold]trace-agents demo[/bold]: the foundation only (warm-up + BFCL evaluation). "
+        "Analysis, synthesis, adapters and composition are not built yet."
+    )
+    warmed = out / "warmed"
+    if (warmed / "config.json").exists():
+        console.print(f"reusing warmed model {warmed}")
+    else:
+        run_warmup("smollm2-135m", warmed, steps, 4, 1e-4, 0, device)
+    summaries = []
+    for env in ("bfcl/simple_python", "bfcl/multiple"):
+        for label, model in (("base", "smollm2-135m"), ("warmed", str(warmed))):
+            path = out / "eval" / f"{env.split('/')[1]}_{label}.json"
+            summaries.append(evaluate_to(path, env, model, "test", limit, max_new_tokens=192, device=device))
+    _print_summaries(summaries)
+    console.print(f"results in {out / 'eval'}")
+
+
+def main() -> None:
+    from trace_agents.envs.base import EnvError
+    from trace_agents.models import ModelError
+    from trace_agents.types import DataError
+
+    try:
+        app(standalone_mode=False)
+    except (UsageError, EnvError, ModelError, DataError) as e:
+        console.print(f"[red]error:[/red] {e}")
+        sys.exit(2)
+    except typer.Exit as e:
+        sys.exit(e.exit_code)
+    except (typer.Abort, KeyboardInterrupt):
+        console.print("aborted")
+        sys.exit(130)
+    except Exception as e:
+        if hasattr(e, "show") and hasattr(e, "exit_code"):  # click usage errors carry exit code 2
+            e.show()
+            sys.exit(e.exit_code)
+        console.print_exception(max_frames=5)
+        sys.exit(1)
+
+
+if __name__ == "__main__":
+    main()
