@@ -111,11 +111,15 @@ class TransformersPolicy:
 
 def make_policy(model: str, *, device: str | None = None, dtype: str = "float32", batch_size: int = 16) -> Policy:
     """A policy for a MODEL argument of the command line (DESIGN.md §9)."""
+    from trace_agents.models import ModelError, load_model
+
     if model.startswith("openai:"):
         from trace_agents.agent.openai_policy import OpenAIPolicy
 
-        return OpenAIPolicy.from_spec(model)
-    from trace_agents.models import load_model
+        try:
+            return OpenAIPolicy.from_spec(model)
+        except ValueError as e:
+            raise ModelError(str(e)) from None
 
     m, tok = load_model(model, device=device, dtype=dtype)
     return TransformersPolicy(m, tok, name=model, batch_size=batch_size)
