@@ -36,3 +36,31 @@ def test_bad_arguments_exit_2_with_a_fix(tmp_path):
     assert p.returncode == 2 and "--split" in p.stderr
     p = run("rollout", "--env", "bfcl/multiple")
     assert p.returncode == 2
+
+
+def test_analyze_rules_and_select(tmp_path):
+    from conftest import assistant, call
+    from test_probes import episode
+
+    from trace_agents.types import write_jsonl
+
+    trajs = []
+    for b in range(12):  # 4 right, 8 with a wrong value -> argument_value_grounding concentrates in failures
+        t = episode("simple_python", 0, assistant(call("calculate_triangle_area", {"base": 10 if b < 4 else b, "height": 5})))
+        trajs.append(t.model_copy(update={"id": f"t{b}"}))
+    write_jsonl(tmp_path / "t.jsonl", trajs)
+    p = run("analyze", "--trajectories", str(tmp_path / "t.jsonl"), "--out", str(tmp_path / "a"), "--runs", "3")
+    assert p.returncode == 0, p.stderr
+    sel = json.loads((tmp_path / "a" / "capabilities.json").read_text())
+    kept = [c["name"] for c in sel["capabilities"] if c["selected"]]
+    assert kept == ["argument_value_grounding"] and sel["thresholds"]["runs"] == 3
+    assert (tmp_path / "a" / "summary.png").stat().st_size > 1000
+    assert "argument_value_grounding" in (tmp_path / "a" / "summary.md").read_text()
+    assert len(list((tmp_path / "a" / "labels").glob("run_*.json"))) == 3
+
+    p = run("select", "--labels", str(tmp_path / "a" / "labels"), "--out", str(tmp_path / "s.json"), "--delta", "0.9")
+    assert p.returncode == 0 and json.loads((tmp_path / "s.json").read_text())["thresholds"]["delta"] == 0.9
+    p = run("select", "--labels", str(tmp_path / "a" / "labels"), "--out", str(tmp_path / "s.json"), "--min-runs", "9")
+    assert p.returncode == 2 and "--min-runs" in p.stderr
+    p = run("analyze", "--trajectories", str(tmp_path / "missing.jsonl"), "--out", str(tmp_path / "b"))
+    assert p.returncode == 2 and "file not found" in p.stderr

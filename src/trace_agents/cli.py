@@ -178,6 +178,56 @@ def run_warmup(model, out, steps, batch_size, lr, seed, device) -> dict:
     return report
 
 
+DeltaOpt = typer.Option(0.2, "--delta", help="Minimum contrastive gap Δ = ER⁻ − ER⁺ in a run.")
+RhoOpt = typer.Option(0.1, "--rho", help="Minimum coverage of failures in a run.")
+MinRunsOpt = typer.Option(None, "--min-runs", help="Keep a capability passing in at least K runs (default ceil(0.8 N)).")
+
+
+@app.command("analyze")
+def analyze_cmd(
+    trajectories: Path = typer.Option(..., "--trajectories", help="Trajectories JSONL of the base agent on the target's train split."),
+    out: Path = typer.Option(..., "--out", help="Folder: labels/run_XX.json, capabilities.json, summary.md, summary.png."),
+    analyst: str = typer.Option("rules", "--analyst", help="rules (programmatic probes, offline) | openai:NAME@BASE_URL"),
+    runs: int = typer.Option(10, "--runs", help="Independent labelling runs N."),
+    prompts: Optional[Path] = typer.Option(None, "--prompts", help="Folder with your own discover.md / label.md (LLM analyst)."),
+    delta: float = DeltaOpt, rho: float = RhoOpt, min_runs: Optional[int] = MinRunsOpt,
+):
+    """Find the capabilities whose lack concentrates in failed trajectories (stage 1)."""
+    from trace_agents.analysis.report import analyze
+    from trace_agents.analysis.select import format_table
+    from trace_agents.types import read_jsonl
+
+    if analyst != "rules" and not analyst.startswith("openai:"):
+        raise UsageError(f"--analyst must be rules or openai:NAME@BASE_URL, not {analyst!r}")
+    if runs < 1:
+        raise UsageError("--runs must be at least 1")
+    trajs = read_jsonl(trajectories)
+    if not trajs:
+        raise UsageError(f"{trajectories}: no trajectories")
+    try:
+        selection = analyze(trajs, out, analyst=analyst, runs=runs, delta=delta, rho=rho, min_runs=min_runs, prompts_dir=prompts)
+    except ValueError as e:  # threshold checks name the flag
+        raise UsageError(str(e)) from None
+    Console().print(format_table(selection))
+    console.print(f"wrote {out / 'capabilities.json'}, {out / 'summary.md'}")
+
+
+@app.command("select")
+def select_cmd(
+    labels: Path = typer.Option(..., "--labels", help="Folder of run_XX.json label files."),
+    out: Path = typer.Option(..., "--out", help="capabilities.json to write."),
+    delta: float = DeltaOpt, rho: float = RhoOpt, min_runs: Optional[int] = MinRunsOpt,
+):
+    """Select capabilities from labelling runs: Cov ≥ ρ and Δ ≥ δ in at least K of N runs."""
+    from trace_agents.analysis.select import format_table, select_folder
+
+    try:
+        selection = select_folder(labels, out, delta=delta, rho=rho, min_runs=min_runs)
+    except ValueError as e:  # bad thresholds or label files: both are input errors (exit 2)
+        raise UsageError(str(e)) from None
+    Console().print(format_table(selection))
+
+
 @app.command("demo")
 def demo_cmd(
     out: Path = typer.Option(Path("runs/demo"), "--out", help="Run folder."),
@@ -213,7 +263,7 @@ def main() -> None:
     try:
         app(standalone_mode=False)
     except (UsageError, EnvError, ModelError, DataError) as e:
-        console.print(f"[red]error:[/red] {e}")
+        console.print(f"[red]error:[/red] {e}", soft_wrap=True)
         sys.exit(2)
     except typer.Exit as e:
         sys.exit(e.exit_code)
