@@ -8,14 +8,13 @@ from __future__ import annotations
 
 import json
 import os
-import random
-import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import httpx
 
 from trace_agents.agent.format import parse_reply
+from trace_agents.agent.http import RequestFailed, post_with_retries
 from trace_agents.agent.policy import Reply, Request, Sampling
 from trace_agents.types import FunctionCall, Message, ToolCall
 
@@ -75,25 +74,14 @@ class OpenAIPolicy:
             return Reply(Message(role="assistant", content=""), "", error=str(e))
 
     def _post(self, body: dict[str, Any]) -> dict[str, Any]:
-        for attempt in range(self.max_retries + 1):
-            last = attempt == self.max_retries
-            try:
-                resp = self.client.post(self.url, json=body)
-            except httpx.TransportError as e:  # connection refused/reset, timeouts
-                if last:
-                    raise _Failed(f"request failed after {attempt + 1} attempts: {type(e).__name__}: {e}") from None
-            else:
-                if resp.status_code < 400:
-                    try:
-                        return resp.json()
-                    except ValueError:
-                        raise _Failed(f"HTTP {resp.status_code}: response is not JSON: {resp.text[:200]!r}") from None
-                # 429 and 5xx are often transient (overload, restart); other 4xx would fail again.
-                if last or not (resp.status_code == 429 or resp.status_code >= 500):
-                    raise _Failed(f"HTTP {resp.status_code} after {attempt + 1} attempts: {_server_message(resp)}")
-            # Exponential backoff with jitter, so concurrent workers do not retry in lockstep.
-            time.sleep(self.backoff * 2**attempt * (0.5 + random.random()))
-        raise AssertionError("unreachable")
+        try:
+            resp = post_with_retries(self.client, self.url, body, max_retries=self.max_retries, backoff=self.backoff)
+        except RequestFailed as e:
+            raise _Failed(str(e)) from None
+        try:
+            return resp.json()
+        except ValueError:
+            raise _Failed(f"HTTP {resp.status_code}: response is not JSON: {resp.text[:200]!r}") from None
 
     def _read(self, data: dict[str, Any], request: Request) -> Reply:
         try:
@@ -141,14 +129,3 @@ def _native_call(call: dict[str, Any], call_id: str) -> ToolCall:
     if not ok:
         raise ValueError(f"arguments of {fn.get('name')!r} are not a JSON object")
     return ToolCall(id=call_id, function=FunctionCall(name=fn["name"], arguments=args))
-
-
-def _server_message(resp: httpx.Response) -> str:
-    """The error text a server sent: OpenAI's {"error": {"message"}}, FastAPI's {"detail"}, or raw."""
-    try:
-        data = resp.json()
-        err = data.get("error", data.get("detail", data)) if isinstance(data, dict) else data
-        msg = err.get("message", err) if isinstance(err, dict) else err
-        return msg if isinstance(msg, str) else json.dumps(msg)[:300]
-    except ValueError:
-        return resp.text[:300] or resp.reason_phrase

@@ -19,7 +19,6 @@ import os
 import random
 import re
 import threading
-import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Callable, TypeVar
@@ -27,6 +26,7 @@ from typing import Any, Callable, TypeVar
 import httpx
 from pydantic import BaseModel, Field, ValidationError
 
+from trace_agents.agent.http import RequestFailed, post_with_retries
 from trace_agents.analysis.labels import CapabilityLabels, Label, RunLabels, write_run
 from trace_agents.types import DataError, Message, Trajectory, atomic_write_text, write_json
 
@@ -320,23 +320,11 @@ class LLMAnalyst:
         return text
 
     def _post(self, body: dict[str, Any], tally: _Tally) -> str:
-        for attempt in range(self.max_retries + 1):
-            last = attempt == self.max_retries
-            try:
-                resp = self.client.post(self.url, json=body)
-            except httpx.TransportError as e:  # connection refused/reset, timeouts
-                if last:
-                    raise _Failed(f"request failed after {attempt + 1} attempts: {type(e).__name__}: {e}") from None
-            else:
-                if resp.status_code < 400:
-                    return resp.text
-                # 429 and 5xx are often transient (overload, restart); other 4xx would fail again.
-                if last or not (resp.status_code == 429 or resp.status_code >= 500):
-                    raise _Failed(f"HTTP {resp.status_code} after {attempt + 1} attempts: {resp.text[:300]}")
-            tally.add("http_retries")
-            # Exponential backoff with jitter, so concurrent workers do not retry in lockstep.
-            time.sleep(self.backoff * 2**attempt * (0.5 + random.random()))
-        raise AssertionError("unreachable")
+        try:
+            return post_with_retries(self.client, self.url, body, max_retries=self.max_retries,
+                                     backoff=self.backoff, on_retry=lambda: tally.add("http_retries")).text
+        except RequestFailed as e:
+            raise _Failed(str(e)) from None
 
     @staticmethod
     def _prompt(folder: Path | None, name: str) -> str:
