@@ -1,4 +1,6 @@
 import json
+import threading
+from contextlib import contextmanager
 
 import pytest
 
@@ -19,3 +21,16 @@ def tiny():
     from trace_agents.models import load_model
 
     return load_model("tiny-random", device="cpu")
+
+
+@contextmanager
+def serving(server):
+    """Run an http.server instance on its loopback port in a daemon thread; always shut it down."""
+    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
+    thread.start()
+    try:
+        yield server
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(timeout=5)

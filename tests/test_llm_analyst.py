@@ -14,6 +14,7 @@ import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
+from conftest import serving
 
 from trace_agents.analysis.labels import Label, read_runs
 from trace_agents.analysis.llm import (Capability, LLMAnalyst, balanced_sample, fill, parse_labels,
@@ -99,15 +100,8 @@ class Handler(BaseHTTPRequestHandler):
 
 @pytest.fixture
 def server():
-    srv = FakeServer()
-    thread = threading.Thread(target=srv.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
-    thread.start()
-    try:
+    with serving(FakeServer()) as srv:
         yield srv
-    finally:
-        srv.shutdown()
-        srv.server_close()
-        thread.join(timeout=5)
 
 
 def url(server: FakeServer) -> str:

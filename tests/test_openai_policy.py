@@ -13,6 +13,7 @@ import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
+from conftest import serving
 
 from trace_agents.agent.openai_policy import OpenAIPolicy
 from trace_agents.agent.policy import Request, Sampling
@@ -103,15 +104,8 @@ class Handler(BaseHTTPRequestHandler):
 
 @pytest.fixture
 def server():
-    srv = FakeServer()
-    thread = threading.Thread(target=srv.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
-    thread.start()
-    try:
+    with serving(FakeServer()) as srv:
         yield srv
-    finally:
-        srv.shutdown()
-        srv.server_close()
-        thread.join(timeout=5)
 
 
 @pytest.fixture
