@@ -6,7 +6,11 @@ After a rollout of task x with correctness acc and t tool calls (t clamped to ``
   While l(x) = inf (before the first tightening) every correct rollout gets r_pos.
 * ``mode="per_call"`` (the seed's literal formula): correct → r_pos − lam·t; wrong → r_neg.
   l(x) is still tracked (and saved) but does not enter the reward.
-* ``mode="hypereyes"``: the group-rank bonus of the published HyperEyes code, see `_hypereyes_bonus`.
+* ``mode="hypereyes"``: (r_pos if correct else r_neg) + the group-rank bonus of the published
+  HyperEyes code (github.com/DeepExperience/HyperEyes, RL/relax-hypereyes/examples/HyperEyes/
+  HyperEyes_reward_V1_2_w_dynamic_w_OPD_v0.py, read as reference, not copied), see
+  `_hypereyes_bonus`. With the defaults r_pos=1, r_neg=0 this is the published ``acc + bonus``;
+  ``lam`` is unused in this mode (the guard still applies).
 
 l(x) is tightened only by `end_epoch()`: per task (``scope="task"``) or one bucket shared by all
 tasks (``scope="global"``, the seed's literal wording), take the fewest calls among the epoch's
