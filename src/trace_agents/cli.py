@@ -228,6 +228,52 @@ def select_cmd(
     Console().print(format_table(selection))
 
 
+@app.command("train")
+def train_cmd(
+    env: str = EnvOpt, model: str = ModelOpt,
+    out: Path = typer.Option(..., "--out", help="Run folder: adapter/, checkpoints/, metrics.jsonl, curves.png."),
+    reward: str = typer.Option("verifier", "--reward", help="verifier | trace-efficiency"),
+    preset: str = typer.Option("cpu", "--preset", help="cpu (small LoRA, higher lr) | paper (r=16, lr 1e-5)"),
+    steps: Optional[int] = typer.Option(None, "--steps", help="Optimizer steps."),
+    group_size: Optional[int] = typer.Option(None, "--group-size", help="Rollouts per seed G."),
+    groups: Optional[int] = typer.Option(None, "--groups", help="Seeds per step."),
+    lr: Optional[float] = typer.Option(None, "--lr", help="Learning rate."),
+    max_steps: Optional[int] = typer.Option(None, "--max-steps", help="Assistant turns per episode at most."),
+    max_new_tokens: Optional[int] = typer.Option(None, "--max-new-tokens", help="Tokens per assistant turn at most."),
+    hint_fraction: Optional[float] = typer.Option(None, "--hint-fraction", help="Share of each group sampled with the env's hint."),
+    save_every: Optional[int] = typer.Option(None, "--save-every", help="Checkpoint every N steps."),
+    seed: Optional[int] = typer.Option(None, "--seed", help="Seed of task sampling and LoRA init."),
+    resume: bool = typer.Option(True, "--resume/--no-resume", help="Continue from the latest checkpoint in --out."),
+    device: Optional[str] = DeviceOpt,
+):
+    """Train one LoRA adapter with GRPO on an environment (base model frozen)."""
+    from trace_agents.envs.base import resolve_env
+    from trace_agents.training.grpo import PRESETS, GRPOConfig, train
+
+    if preset not in PRESETS:
+        raise UsageError(f"--preset must be one of {', '.join(PRESETS)}, not {preset!r}")
+    overrides = {k: v for k, v in dict(
+        steps=steps, group_size=group_size, groups_per_step=groups, lr=lr, max_steps=max_steps,
+        max_new_tokens=max_new_tokens, hint_fraction=hint_fraction, save_every=save_every, seed=seed,
+    ).items() if v is not None}
+    try:
+        config = GRPOConfig(**{**PRESETS[preset], **overrides, "reward": reward})
+    except ValueError as e:
+        raise UsageError(f"{e} (flags: --steps, --group-size, --groups, --lr, --hint-fraction, --save-every, --reward)") from None
+    make_env = resolve_env(env)
+    with _progress() as bar:
+        task = bar.add_task("GRPO", total=config.steps)
+
+        def on_step(m):
+            bar.update(task, completed=m["step"], description=f"GRPO reward {m['reward']:.3f} success {m['success']:.2f}")
+
+        summary = train(make_env, model, out, config, device=device, resume=resume, on_step=on_step)
+    from trace_agents.training.curves import plot_curves
+
+    plot_curves(out / "metrics.jsonl", out / "curves.png")
+    console.print(f"adapter saved to {summary['adapter']} after {summary['steps']} steps; curves in {out / 'curves.png'}")
+
+
 @app.command("demo")
 def demo_cmd(
     out: Path = typer.Option(Path("runs/demo"), "--out", help="Run folder."),

@@ -31,6 +31,9 @@ class Reply:
     new_tokens: int = 0
     prompt_tokens: int = 0
     truncated: bool = False
+    completion_ids: list[int] | None = None
+    """Token ids the model sampled (local policies), end-of-turn included: training scores exactly
+    these tokens instead of a re-tokenisation of the text."""
 
 
 @dataclass
@@ -97,14 +100,15 @@ class TransformersPolicy:
         replies = []
         for row, req, plen in zip(new.tolist(), requests, prompt_lens):
             ended = self.eot_id in row
-            row = row[: row.index(self.eot_id)] if ended else row
+            sampled = row[: row.index(self.eot_id) + 1] if ended else row
+            row = sampled[:-1] if ended else sampled
             text = self.tokenizer.decode(row, skip_special_tokens=True)
             parsed = parse_reply(text, req.call_id_prefix)
             error = parsed.error
             if not ended:
                 error = "; ".join(filter(None, [error, f"truncated at {sampling.max_new_tokens} new tokens"]))
             replies.append(
-                Reply(parsed.message, text, error or None, len(row) + int(ended), int(plen), truncated=not ended)
+                Reply(parsed.message, text, error or None, len(sampled), int(plen), truncated=not ended, completion_ids=sampled)
             )
         return replies
 

@@ -22,10 +22,12 @@ class _Episode:
     seed: int
     sample: int
     messages: list[Message] = field(default_factory=list)
+    hint: str | None = None
     steps: int = 0
     tool_calls: int = 0
     new_tokens: int = 0
     format_errors: list[dict] = field(default_factory=list)
+    completions: list[list[int]] = field(default_factory=list)
     done: bool = False
     hit_step_limit: bool = False
 
@@ -39,21 +41,28 @@ def rollout(
     max_steps: int = DEFAULT_MAX_STEPS,
     sampling: Sampling | None = None,
     on_episode_done: Callable[[Trajectory], None] | None = None,
+    keep_tokens: bool = False,
+    hint_samples: int = 0,
 ) -> list[Trajectory]:
     """Run `samples` episodes per seed to the end (or `max_steps` assistant turns) and score them.
-    Returns trajectories in (seed, sample) order."""
+    Returns trajectories in (seed, sample) order. `keep_tokens` stores the sampled token ids of every
+    assistant turn in `info["completion_ids"]` (training needs them; files do not). The first
+    `hint_samples` rollouts of each seed see the env's `hint()` appended to the first user message
+    while sampling; the stored messages stay without it (the loss must not see the hint)."""
     if samples < 1 or max_steps < 1:
         raise ValueError("samples and max_steps must be at least 1")
     sampling = sampling or Sampling()
     episodes = [_Episode(make_env(), seed, k) for seed in seeds for k in range(samples)]
     for ep in episodes:
         ep.messages = list(ep.env.reset(ep.seed))
+        if ep.sample < hint_samples and hasattr(ep.env, "hint"):
+            ep.hint = ep.env.hint()
     results: dict[int, Trajectory] = {}
     active = list(range(len(episodes)))
     turn = 0
     while active:
         requests = [
-            Request(episodes[i].messages, episodes[i].env.tools, call_id_prefix=f"call_{episodes[i].steps}")
+            Request(_shown(episodes[i]), episodes[i].env.tools, call_id_prefix=f"call_{episodes[i].steps}")
             for i in active
         ]
         # A different sampling seed per turn keeps reruns identical without repeating noise.
@@ -65,6 +74,8 @@ def rollout(
             ep.steps += 1
             ep.tool_calls += len(reply.message.tool_calls or [])
             ep.new_tokens += reply.new_tokens
+            if keep_tokens:
+                ep.completions.append(reply.completion_ids or [])
             if reply.error:
                 ep.format_errors.append({"step": ep.steps - 1, "error": reply.error, "truncated": reply.truncated})
             step = ep.env.step(reply.message)
@@ -72,22 +83,33 @@ def rollout(
             ep.hit_step_limit = not step.done and ep.steps >= max_steps
             if step.done or ep.hit_step_limit:
                 ep.done = True
-                results[i] = _finish(ep)
+                results[i] = _finish(ep, keep_tokens)
                 if on_episode_done:
                     on_episode_done(results[i])
         active = [i for i in active if not episodes[i].done]
     return [results[i] for i in range(len(episodes))]
 
 
-def _finish(ep: _Episode) -> Trajectory:
+def _shown(ep: _Episode) -> list[Message]:
+    """The conversation as the policy sees it: with the hint on the first user message, if any."""
+    if not ep.hint:
+        return ep.messages
+    k = next(i for i, m in enumerate(ep.messages) if m.role == "user")
+    hinted = ep.messages[k].model_copy(update={"content": f"{ep.messages[k].content}\n\nHint: {ep.hint}"})
+    return ep.messages[:k] + [hinted] + ep.messages[k + 1 :]
+
+
+def _finish(ep: _Episode, keep_tokens: bool) -> Trajectory:
     verdict = ep.env.verdict()
     info = {
+        **({"completion_ids": ep.completions} if keep_tokens else {}),
         **verdict.details,
         "steps": ep.steps,
         "new_tokens": ep.new_tokens,
         "format_errors": ep.format_errors,
         "hit_step_limit": ep.hit_step_limit,
         "sample": ep.sample,
+        **({"hint": ep.hint} if ep.hint else {}),
     }
     return Trajectory(
         id=f"{ep.env.name}:{ep.env.task_id}:{ep.sample}",

@@ -1,0 +1,361 @@
+"""GRPO on a LoRA adapter over any Env: multi-turn episodes, groups of G rollouts of the same seed,
+the base model frozen. Reads top to bottom: config, rollouts, rewards, advantages, samples, loss,
+checkpoints, the loop.
+
+Why not TRL's GRPOTrainer (1.16, see DESIGN.md §10): its tool loop parses calls only for
+whitelisted chat templates (ours is refused), it cannot feed further *user* turns (BFCL multi-turn,
+our stateful envs), and a hint added while sampling cannot be removed before the gradient. The loop
+below keeps what matters from it: group-normalised advantages, the clipped surrogate, token-level
+loss aggregation (DAPO-style, TRL's default), an optional k3 KL to the adapter-disabled base.
+
+Exactness choices: every assistant turn is one training sample (prompt exactly as rendered while
+sampling, minus any hint; completion = the sampled token ids), so log-probabilities are computed on
+the tokens that were actually sampled, never on a re-tokenisation of the parsed reply.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import random
+import shutil
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Literal
+
+import torch
+
+from trace_agents.agent.policy import Sampling, TransformersPolicy
+from trace_agents.agent.rollout import rollout
+from trace_agents.envs.base import Env
+from trace_agents.types import Trajectory, atomic_write_text, write_json
+
+LORA_TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
+
+
+@dataclass
+class GRPOConfig:
+    steps: int = 20
+    """Optimizer steps (each one samples fresh groups)."""
+    groups_per_step: int = 4
+    """Seeds per step (paper: 32-64)."""
+    group_size: int = 8
+    """Rollouts per seed G (paper: 16); rewards are normalised within a group."""
+    lr: float = 1e-5
+    """AdamW learning rate of the LoRA weights (paper: 1e-5)."""
+    lora_r: int = 16
+    lora_alpha: int = 16
+    lora_dropout: float = 0.0
+    target_modules: tuple[str, ...] = LORA_TARGETS
+    temperature: float = 1.0
+    max_new_tokens: int = 192
+    """Tokens per assistant turn at most."""
+    max_steps: int = 8
+    """Assistant turns per episode at most."""
+    clip_eps: float = 0.2
+    """PPO clip range of the ratio."""
+    kl_coef: float = 0.0
+    """Weight of the k3 KL to the base (adapter disabled); the paper uses none."""
+    scale_rewards: Literal["group", "none"] = "group"
+    """"group": (R - mean) / (std + eps); "none": R - mean (the paper's code)."""
+    inner_epochs: int = 1
+    """Gradient passes over each step's samples; > 1 makes the clipping active."""
+    micro_batch: int = 4
+    """Samples per forward/backward (gradient accumulation over the step)."""
+    hint_fraction: float = 0.0
+    """Share of each group that sees the env's hint while sampling (paper: 0.25-0.5)."""
+    reward: Literal["verifier", "trace-efficiency"] = "verifier"
+    efficiency: dict[str, Any] = field(default_factory=dict)
+    """Keyword arguments of EfficiencyReward when reward == "trace-efficiency"."""
+    epoch_steps: int = 5
+    """Steps per reward epoch (the efficiency threshold tightens at each epoch's end)."""
+    save_every: int = 5
+    """Checkpoint every N steps (and at the end)."""
+    max_grad_norm: float = 1.0
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        checks = {
+            "steps": self.steps >= 1, "groups_per_step": self.groups_per_step >= 1, "group_size": self.group_size >= 2,
+            "lr": self.lr > 0, "clip_eps": 0 < self.clip_eps < 1, "kl_coef": self.kl_coef >= 0,
+            "inner_epochs": self.inner_epochs >= 1, "micro_batch": self.micro_batch >= 1,
+            "hint_fraction": 0 <= self.hint_fraction <= 1, "save_every": self.save_every >= 1,
+            "scale_rewards": self.scale_rewards in ("group", "none"),
+            "reward": self.reward in ("verifier", "trace-efficiency"), "epoch_steps": self.epoch_steps >= 1,
+        }
+        bad = [k for k, ok in checks.items() if not ok]
+        if bad:
+            raise ValueError(f"invalid GRPO config field(s) {', '.join(bad)} (group_size >= 2, fractions in [0, 1], counts >= 1)")
+
+
+# Small enough for CPU: fewer LoRA ranks, a learning rate a 135M model moves with in tens of steps.
+PRESETS: dict[str, dict[str, Any]] = {
+    "paper": {},
+    "cpu": {"lora_r": 8, "lora_alpha": 16, "lr": 2e-4, "group_size": 8, "groups_per_step": 4, "max_new_tokens": 128},
+}
+
+
+# ---- rewards and advantages ----------------------------------------------------------------------
+def group_rewards(trajs: list[Trajectory], group_size: int, efficiency=None) -> list[float]:
+    """Verifier rewards, or the TRACE efficiency reward scored per group (it ranks within groups)."""
+    if efficiency is None:
+        return [t.reward for t in trajs]
+    out: list[float] = []
+    for g in range(0, len(trajs), group_size):
+        group = trajs[g : g + group_size]
+        out += efficiency.score_group(group[0].task_id, [t.success for t in group], [t.tool_calls for t in group])
+    return out
+
+
+def group_advantages(rewards: list[float], group_size: int, scale: str = "group", eps: float = 1e-4) -> tuple[list[float | None], int]:
+    """Per-rollout advantages; None for rollouts of dropped groups (all rewards equal: no signal)."""
+    advantages: list[float | None] = []
+    dropped = 0
+    for g in range(0, len(rewards), group_size):
+        r = torch.tensor(rewards[g : g + group_size], dtype=torch.float64)
+        if float(r.max() - r.min()) < 1e-9:
+            advantages += [None] * len(r)
+            dropped += 1
+            continue
+        a = r - r.mean()
+        if scale == "group":
+            a = a / (r.std(unbiased=True) + eps)
+        advantages += a.tolist()
+    return advantages, dropped
+
+
+# ---- training samples --------------------------------------------------------------------------
+@dataclass
+class Sample:
+    prompt_ids: list[int]
+    completion_ids: list[int]
+    advantage: float
+
+
+def build_samples(tokenizer, trajs: list[Trajectory], advantages: list[float | None]) -> list[Sample]:
+    """One sample per assistant turn of every kept rollout: the prompt rendered exactly as during
+    sampling but without the hint (trajectories store unhinted messages), and the sampled ids."""
+    samples = []
+    for traj, adv in zip(trajs, advantages):
+        if adv is None:
+            continue
+        chat = [m.to_chat() for m in traj.messages]
+        turns = [i for i, m in enumerate(traj.messages) if m.role == "assistant"]
+        for i, ids in zip(turns, traj.info.get("completion_ids", [])):
+            if not ids:
+                continue
+            prompt = tokenizer.apply_chat_template(chat[:i], tools=traj.tools or None, tokenize=False, add_generation_prompt=True)
+            samples.append(Sample(tokenizer(prompt, add_special_tokens=False)["input_ids"], list(ids), adv))
+    return samples
+
+
+def _collate(batch: list[Sample], pad_id: int, device) -> tuple[torch.Tensor, ...]:
+    width = max(len(s.prompt_ids) + len(s.completion_ids) for s in batch)
+    ids = torch.full((len(batch), width), pad_id, dtype=torch.long)
+    attn = torch.zeros_like(ids)
+    mask = torch.zeros((len(batch), width), dtype=torch.float32)  # 1 on completion tokens only
+    for row, s in enumerate(batch):
+        seq = s.prompt_ids + s.completion_ids
+        ids[row, : len(seq)] = torch.tensor(seq)
+        attn[row, : len(seq)] = 1
+        mask[row, len(s.prompt_ids) : len(seq)] = 1
+    adv = torch.tensor([s.advantage for s in batch], dtype=torch.float32)
+    return ids.to(device), attn.to(device), mask.to(device), adv.to(device)
+
+
+def token_logprobs(model, ids: torch.Tensor, attn: torch.Tensor) -> torch.Tensor:
+    """log p(token_t | tokens_<t) for t >= 1, shape (batch, seq - 1)."""
+    logits = model(input_ids=ids, attention_mask=attn).logits[:, :-1].float()
+    return torch.log_softmax(logits, dim=-1).gather(-1, ids[:, 1:].unsqueeze(-1)).squeeze(-1)
+
+
+def policy_update(model, optimizer, samples: list[Sample], config: GRPOConfig, pad_id: int) -> dict[str, float]:
+    """Clipped-surrogate GRPO update, loss averaged over every completion token of the step."""
+    device = next(model.parameters()).device
+    batches = [_collate(samples[i : i + config.micro_batch], pad_id, device) for i in range(0, len(samples), config.micro_batch)]
+    n_tokens = sum(float(b[2].sum()) for b in batches)
+    old: list[torch.Tensor | None] = [None] * len(batches)
+    if config.inner_epochs > 1:  # the behaviour policy's log-probs, fixed before the first update
+        with torch.no_grad():
+            old = [token_logprobs(model, ids, attn) for ids, attn, _, _ in batches]
+    stats = {"loss": 0.0, "clip_fraction": 0.0, "kl": 0.0}
+    for _ in range(config.inner_epochs):
+        for (ids, attn, mask, adv), old_lp in zip(batches, old):
+            m = mask[:, 1:]
+            new_lp = token_logprobs(model, ids, attn)
+            ratio = torch.exp(new_lp - (old_lp if old_lp is not None else new_lp.detach()))
+            a = adv.unsqueeze(1)
+            per_token = -torch.min(ratio * a, torch.clamp(ratio, 1 - config.clip_eps, 1 + config.clip_eps) * a)
+            if config.kl_coef > 0:
+                with torch.no_grad(), model.disable_adapter():
+                    ref_lp = token_logprobs(model, ids, attn)
+                d = ref_lp - new_lp
+                kl = torch.exp(d) - d - 1  # k3 estimator: unbiased, always >= 0
+                per_token = per_token + config.kl_coef * kl
+                stats["kl"] += float((kl * m).sum()) / n_tokens / config.inner_epochs
+            loss = (per_token * m).sum() / n_tokens
+            loss.backward()
+            stats["loss"] += float(loss.detach()) / config.inner_epochs
+            clipped = ((ratio - 1).abs() > config.clip_eps).float()
+            stats["clip_fraction"] += float((clipped * m).sum()) / n_tokens / config.inner_epochs
+        torch.nn.utils.clip_grad_norm_([p for p in model.parameters() if p.requires_grad], config.max_grad_norm)
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+    stats["tokens"] = n_tokens
+    return stats
+
+
+# ---- checkpoints ---------------------------------------------------------------------------------
+def save_checkpoint(folder: Path, model, optimizer, step: int, rng: random.Random, efficiency) -> None:
+    """Adapter + optimizer + RNG + step + reward state, written to a temporary folder and renamed:
+    a checkpoint folder either exists complete or not at all."""
+    final = folder / f"step_{step:05d}"
+    tmp = folder / f".tmp_step_{step:05d}"
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    model.save_pretrained(tmp / "adapter")
+    torch.save({"optimizer": optimizer.state_dict(), "torch_rng": torch.get_rng_state()}, tmp / "state.pt")
+    write_json(tmp / "train_state.json", {
+        "step": step, "python_rng": _rng_to_json(rng), "reward_state": efficiency.state_dict() if efficiency else None,
+    })
+    shutil.rmtree(final, ignore_errors=True)
+    tmp.rename(final)
+    for old in sorted(folder.glob("step_*"))[:-2]:  # keep the last two
+        shutil.rmtree(old, ignore_errors=True)
+
+
+def latest_checkpoint(folder: Path) -> Path | None:
+    done = sorted(p for p in folder.glob("step_*") if (p / "train_state.json").exists())
+    return done[-1] if done else None
+
+
+def load_checkpoint(path: Path, model, optimizer, rng: random.Random, efficiency) -> int:
+    from peft import set_peft_model_state_dict
+    from safetensors.torch import load_file
+
+    set_peft_model_state_dict(model, load_file(path / "adapter" / "adapter_model.safetensors"))
+    state = torch.load(path / "state.pt", weights_only=False)
+    optimizer.load_state_dict(state["optimizer"])
+    torch.set_rng_state(state["torch_rng"])
+    meta = json.loads((path / "train_state.json").read_text())
+    rng.setstate(_rng_from_json(meta["python_rng"]))
+    if efficiency is not None and meta.get("reward_state"):
+        efficiency.load_state_dict(meta["reward_state"])
+    return int(meta["step"])
+
+
+def _rng_to_json(rng: random.Random) -> list:
+    version, state, gauss = rng.getstate()
+    return [version, list(state), gauss]
+
+
+def _rng_from_json(data: list) -> tuple:
+    return (data[0], tuple(data[1]), data[2])
+
+
+# ---- the loop ------------------------------------------------------------------------------------
+def make_lora_model(model_name: str, config: GRPOConfig, device: str | None = None):
+    from peft import LoraConfig, get_peft_model
+
+    from trace_agents.models import load_model
+
+    base, tok = load_model(model_name, device=device)
+    present = {n.rsplit(".", 1)[-1] for n, _ in base.named_modules()}
+    targets = [t for t in config.target_modules if t in present]
+    if not targets:
+        raise ValueError(f"none of target_modules {config.target_modules} exist in {model_name}")
+    lora = LoraConfig(r=config.lora_r, lora_alpha=config.lora_alpha, lora_dropout=config.lora_dropout,
+                      target_modules=targets, task_type="CAUSAL_LM")
+    torch.manual_seed(config.seed)  # LoRA A matrices are random: same seed, same start
+    return get_peft_model(base, lora), tok
+
+
+def train(
+    make_env: Callable[[], Env],
+    model_name: str,
+    out: str | Path,
+    config: GRPOConfig = GRPOConfig(),
+    *,
+    device: str | None = None,
+    resume: bool = True,
+    on_step: Callable[[dict], None] | None = None,
+) -> dict:
+    """Train one adapter; writes out/adapter (PEFT), out/metrics.jsonl, out/checkpoints, out/train.json."""
+    from trace_agents.training.rewards import EfficiencyReward
+
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    model, tok = make_lora_model(model_name, config, device)
+    optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=config.lr, weight_decay=0.0)
+    efficiency = EfficiencyReward(**config.efficiency) if config.reward == "trace-efficiency" else None
+    rng = random.Random(config.seed)
+    step = 0
+    ckpt = latest_checkpoint(out / "checkpoints") if resume else None
+    if ckpt:
+        step = load_checkpoint(ckpt, model, optimizer, rng, efficiency)
+    metrics_path = out / "metrics.jsonl"
+    _truncate_metrics(metrics_path, step)
+    write_json(out / "config.json", {"model": model_name, "env": make_env().name, **asdict(config)})
+
+    policy = TransformersPolicy(model, tok, name=f"{model_name}+lora", batch_size=config.group_size * config.groups_per_step)
+    train_seeds = make_env().seeds("train")
+    hint_samples = round(config.hint_fraction * config.group_size)
+    started = time.time()
+    while step < config.steps:
+        t0 = time.time()
+        seeds = rng.sample(train_seeds, config.groups_per_step)
+        model.eval()
+        sampling = Sampling(max_new_tokens=config.max_new_tokens, temperature=config.temperature, seed=config.seed * 100_003 + step)
+        trajs = rollout(make_env, policy, seeds, samples=config.group_size, max_steps=config.max_steps,
+                        sampling=sampling, keep_tokens=True, hint_samples=hint_samples)
+        rewards = group_rewards(trajs, config.group_size, efficiency)
+        advantages, dropped = group_advantages(rewards, config.group_size, config.scale_rewards)
+        samples = build_samples(tok, trajs, advantages)
+        model.train()
+        stats = policy_update(model, optimizer, samples, config, tok.pad_token_id) if samples else {"loss": 0.0, "clip_fraction": 0.0, "kl": 0.0, "tokens": 0}
+        step += 1
+        if efficiency is not None and step % config.epoch_steps == 0:
+            efficiency.end_epoch()
+        record = _step_metrics(step, trajs, rewards, dropped, config, stats, time.time() - t0, efficiency)
+        with metrics_path.open("a") as f:
+            f.write(json.dumps(record) + "\n")
+        if on_step:
+            on_step(record)
+        if step % config.save_every == 0 or step == config.steps:
+            save_checkpoint(out / "checkpoints", model, optimizer, step, rng, efficiency)
+    final = latest_checkpoint(out / "checkpoints")
+    if final is not None:  # the adapter of the last checkpoint is the result
+        shutil.rmtree(out / "adapter", ignore_errors=True)
+        shutil.copytree(final / "adapter", out / "adapter")
+    summary = {"steps": step, "seconds_this_run": round(time.time() - started, 1), "adapter": str(out / "adapter")}
+    write_json(out / "train.json", summary)
+    return summary
+
+
+def _step_metrics(step, trajs, rewards, dropped, config, stats, seconds, efficiency) -> dict:
+    ok = [t for t in trajs if t.success]
+    record = {
+        "step": step,
+        "reward": sum(rewards) / len(rewards),
+        "success": len(ok) / len(trajs),
+        "tool_calls": sum(t.tool_calls for t in trajs) / len(trajs),
+        "tool_calls_success": sum(t.tool_calls for t in ok) / len(ok) if ok else None,
+        "dropped_groups": dropped,
+        "groups": config.groups_per_step,
+        **{k: round(v, 6) for k, v in stats.items()},
+        "seconds": round(seconds, 2),
+    }
+    if efficiency is not None:
+        finite = [efficiency.threshold(t.task_id) for t in trajs]
+        finite = [x for x in finite if math.isfinite(x)]
+        record["mean_threshold"] = sum(finite) / len(finite) if finite else None
+    return record
+
+
+def _truncate_metrics(path: Path, step: int) -> None:
+    """After a resume, drop metric lines of steps the checkpoint does not contain (they will rerun)."""
+    if not path.exists():
+        return
+    keep = [line for line in path.read_text().splitlines() if line.strip() and json.loads(line)["step"] <= step]
+    atomic_write_text(path, "".join(line + "\n" for line in keep))

@@ -1,0 +1,95 @@
+import json
+import math
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+from toy_envs import ShortEnv
+
+from trace_agents.training.grpo import GRPOConfig, Sample, _collate, build_samples, group_advantages, train
+from trace_agents.types import FunctionCall, Message, ToolCall, Trajectory
+
+TOY = str(Path(__file__).with_name("toy_envs.py"))
+
+
+def test_advantages_hand_computed_and_degenerate_groups_dropped():
+    adv, dropped = group_advantages([1, 0, 0, 1, 0.5, 0.5, 0.5, 0.5], group_size=4)
+    # mean 0.5, unbiased std sqrt(1/3) = 0.57735 -> +-0.5 / (0.57735 + 1e-4)
+    assert dropped == 1 and adv[4:] == [None] * 4
+    assert adv[0] == pytest.approx(0.5 / (math.sqrt(1 / 3) + 1e-4)) and adv[1] == pytest.approx(-adv[0])
+    adv, _ = group_advantages([1, 0, 0, 0], group_size=4, scale="none")
+    assert adv == pytest.approx([0.75, -0.25, -0.25, -0.25])
+
+
+def _traj(hint: str | None) -> Trajectory:
+    call = ToolCall(id="c0", function=FunctionCall(name="f", arguments="{}"))
+    msgs = [Message(role="user", content="do it"), Message(role="assistant", content="", tool_calls=[call]),
+            Message(role="tool", tool_call_id="c0", content="RESULT"), Message(role="assistant", content="done")]
+    info = {"completion_ids": [[11, 12, 2], [13, 2]], **({"hint": hint} if hint else {})}
+    return Trajectory(id="x", env="e", task_id="t", seed=0, messages=msgs, tools=[], reward=1, success=True, tool_calls=1, info=info)
+
+
+def test_samples_mask_everything_but_sampled_tokens_and_never_see_the_hint(tiny):
+    _, tok = tiny
+    samples = build_samples(tok, [_traj("SECRET HINT"), _traj(None)], [1.0, None])  # 2nd group dropped
+    assert [s.completion_ids for s in samples] == [[11, 12, 2], [13, 2]]
+    second_prompt = tok.decode(samples[1].prompt_ids)
+    assert "RESULT" in second_prompt and "SECRET" not in second_prompt
+    assert second_prompt.endswith("<|im_start|>assistant\n")
+    ids, attn, mask, adv = _collate(samples, tok.pad_token_id, "cpu")
+    assert mask.sum() == 5 and attn.sum() == sum(len(s.prompt_ids) + len(s.completion_ids) for s in samples)
+    row1 = len(samples[1].prompt_ids)
+    assert mask[1, :row1].sum() == 0 and mask[1, row1 : row1 + 2].tolist() == [1, 1]
+
+
+def test_training_changes_only_lora_weights_and_saves_a_peft_adapter(tmp_path):
+    from peft import PeftModel
+
+    from trace_agents.models import tiny_random
+
+    cfg = GRPOConfig(steps=2, groups_per_step=2, group_size=4, max_new_tokens=6, max_steps=1, lr=5e-2, lora_r=4,
+                     save_every=1, hint_fraction=0.5)
+    records = []
+    train(ShortEnv, "tiny-random", tmp_path / "run", cfg, on_step=records.append)
+    assert [r["step"] for r in records] == [1, 2] and records[0]["tokens"] > 0
+    base, _ = tiny_random()
+    loaded = PeftModel.from_pretrained(tiny_random()[0], tmp_path / "run" / "adapter")
+    lora = {n: p for n, p in loaded.named_parameters() if "lora_B" in n}
+    assert lora and any(p.abs().sum() > 0 for p in lora.values())  # B starts at 0: it moved
+    base_sd = base.state_dict()
+    for name, p in loaded.get_base_model().named_parameters():
+        if "lora_" not in name:
+            assert torch.equal(p, base_sd[name.replace("base_layer.", "")]), name
+
+
+def test_kill_9_then_resume_finishes_with_every_step_once(tmp_path):
+    out = tmp_path / "run"
+    cmd = [sys.executable, "-m", "trace_agents.cli", "train", "--env", TOY, "--model", "tiny-random", "--out", str(out),
+           "--steps", "8", "--group-size", "2", "--groups", "1", "--max-new-tokens", "4", "--save-every", "1"]
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    deadline = time.time() + 300
+    while not (out / "checkpoints" / "step_00002").exists():
+        assert time.time() < deadline and proc.poll() is None, "training never reached step 2"
+        time.sleep(0.2)
+    assert proc.poll() is None, "finished before it could be killed"
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    steps = [json.loads(line)["step"] for line in (out / "metrics.jsonl").read_text().splitlines()]
+    assert steps == [1, 2, 3, 4, 5, 6, 7, 8]
+    assert json.loads((out / "train.json").read_text())["steps"] == 8
+    assert (out / "adapter" / "adapter_model.safetensors").exists() and (out / "curves.png").exists()
+    assert sorted(p.name for p in (out / "checkpoints").iterdir()) == ["step_00007", "step_00008"]
+
+
+def test_bad_config_is_refused_with_field_names():
+    with pytest.raises(ValueError, match="group_size"):
+        GRPOConfig(group_size=1)
+    with pytest.raises(ValueError, match="hint_fraction"):
+        GRPOConfig(hint_fraction=2)
