@@ -4,7 +4,7 @@ import pytest
 from conftest import assistant, call
 
 from trace_agents.analysis.labels import Label
-from trace_agents.analysis.probes import PROBES, Seen, bfcl_reference, label_runs
+from trace_agents.analysis.probes import PROBES, Seen, reference_of, label_runs
 from trace_agents.envs.bfcl import BfclEnv
 from trace_agents.types import Message, Trajectory
 
@@ -24,7 +24,7 @@ def episode(category: str, seed: int, *replies: Message, format_errors=None) -> 
 
 
 def labels(traj):
-    seen = Seen.of(traj, bfcl_reference(traj))
+    seen = Seen.of(traj, reference_of(traj))
     return {name: probe(seen) for name, (probe, _) in PROBES.items()}
 
 

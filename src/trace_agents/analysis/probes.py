@@ -32,9 +32,21 @@ class Reference:
     """Multi-turn: per user turn, the function names of the reference calls."""
 
 
-def bfcl_reference(traj: Trajectory) -> Reference | None:
-    if not traj.env.startswith("bfcl/"):
+def reference_of(traj: Trajectory) -> Reference | None:
+    """The reference of a trajectory's task: BFCL's possible answers, or the reference a synthetic
+    environment put in its verdict details (`info["reference"]`)."""
+    if traj.env.startswith("bfcl/"):
+        return _bfcl_reference(traj)
+    ref = traj.info.get("reference")
+    if not ref:
         return None
+    if isinstance(ref[0], list):  # multi-turn: per turn, call strings
+        return Reference(turns=[[c.split("(", 1)[0] for c in turn] for turn in ref])
+    # single-turn: exact reference values become one-element allowed lists, BFCL-style
+    return Reference(calls=[{c["name"]: {k: [v] for k, v in c["arguments"].items()}} for c in ref])
+
+
+def _bfcl_reference(traj: Trajectory) -> Reference | None:
     from trace_agents.envs.bfcl import load_category
 
     category = traj.env.split("/", 1)[1]
@@ -208,11 +220,24 @@ def multi_step_task_completion(seen: Seen) -> Label:
     return PRESENT
 
 
+def _is_error(content: str) -> bool:
+    """A failed tool call: our executor's "Error during execution: ..." or BFCL's {"error": ...}."""
+    if content.startswith("Error"):
+        return True
+    if content.startswith("{"):
+        try:
+            value = json.loads(content)
+        except json.JSONDecodeError:
+            return False
+        return isinstance(value, dict) and "error" in value
+    return False
+
+
 def error_recovery(seen: Seen) -> Label:
     """After a tool error, the next call is different (the agent adapts instead of repeating)."""
     msgs, seen_error = seen.traj.messages, False
     for i, m in enumerate(msgs):
-        if m.role == "tool" and (m.content or "").startswith("Error"):
+        if m.role == "tool" and _is_error(m.content or ""):
             seen_error = True
             failed = next((x for x in reversed(msgs[:i]) if x.role == "assistant"), None)
             retry = next((x for x in msgs[i + 1 :] if x.role == "assistant"), None)
@@ -242,7 +267,7 @@ def probe_all(trajectories: list[Trajectory]) -> list[dict[str, Label]]:
     """Every probe's label for every trajectory (computed once; runs only resample)."""
     out = []
     for traj in trajectories:
-        seen = Seen.of(traj, bfcl_reference(traj))
+        seen = Seen.of(traj, reference_of(traj))
         out.append({name: probe(seen) for name, (probe, _) in PROBES.items()})
     return out
 

@@ -68,13 +68,21 @@ def resolve_env(spec: str, **kwargs: Any) -> Callable[[], Env]:
         if category not in CATEGORIES:
             raise EnvError(f"unknown BFCL category {category!r}: choose one of {', '.join(CATEGORIES)}")
         return lambda: BfclEnv(category, **kwargs)
+    if spec.startswith("synthetic/"):
+        from trace_agents.synthesis import builtin_families
+
+        families = builtin_families()
+        capability = spec.split("/", 1)[1]
+        if capability not in families:
+            raise EnvError(f"unknown synthetic environment {capability!r}: choose one of {', '.join(sorted(families))}")
+        return lambda: families[capability](**kwargs)
     path = Path(spec)
     if path.suffix == ".py" and path.exists():
         cls = _env_class_from_module(path)
         return lambda: cls(**kwargs)
     raise EnvError(
         f"unknown environment {spec!r}: give bfcl/simple_python, bfcl/multiple, bfcl/parallel, "
-        "bfcl/multi_turn_base, or the path of an environment module (.py)"
+        "bfcl/multi_turn_base, synthetic/<capability>, or the path of an environment module (.py)"
     )
 
 

@@ -1,0 +1,9 @@
+"""Stage 2: capability-targeted environments (built-in families, LLM synthesis, validation)."""
+
+
+def builtin_families() -> dict[str, type]:
+    """Capability name -> built-in environment class (single-turn families and stateful ones)."""
+    from trace_agents.synthesis.families import FAMILIES
+    from trace_agents.synthesis.stateful import STATEFUL_FAMILIES
+
+    return {**FAMILIES, **STATEFUL_FAMILIES}

@@ -33,7 +33,9 @@ Difficulty (0..1, default 0.5) scales three things:
 - tree depth of the generated file system: 1 + round(2·d) folder levels (1..3);
 - user turns: 2 .. 2 + round(2·d) (2..4);
 - operations per turn: 1, or 2 with probability d (at most 6 operations per task).
-Each operation is 1-5 calls, so the reference has ~4 calls at d=0 and ~15 at d=1.
+Each operation is 1-6 calls (navigation included), so a reference has ~5 calls on average at d=0,
+~9 at d=0.5 and ~13 at d=1. A turn's reference never exceeds 6 calls, which leaves a failed try
+and a look-around within the default budget of 8 steps per turn (one call per step).
 
 Tools offered (prompts are long on CPU): not the whole class, but the methods the task's reference
 (and, for error recovery, the failing first attempt) uses, each class's discovery/login methods
@@ -99,6 +101,7 @@ ESSENTIALS = {
     "MessageAPI": ["get_user_id", "message_login"],
     "TwitterAPI": ["authenticate_twitter", "search_tweets"],
 }
+MAX_REFERENCE_CALLS_PER_TURN = 6  # one call per step, this leaves 2 of the default 8 steps for a failed try or a look-around
 NEVER_OFFERED = {"mention"}  # TwitterAPI.mention extends a shared default list: state would leak across episodes
 
 
@@ -283,11 +286,11 @@ class _Planner:
         self.used_methods: set[str] = set()
 
     # running
-    def run(self, name: str, **args: Any) -> Any:
-        result = _run(self.inst, name, args)
+    def run(self, method: str, /, **args: Any) -> Any:
+        result = _run(self.inst, method, args)
         if _is_error(result):
-            raise RuntimeError(f"reference call {name}({args}) failed: {result}")  # a generator bug
-        self.calls.append((name, args))
+            raise RuntimeError(f"reference call {method}({args}) failed: {result}")  # a generator bug
+        self.calls.append((method, args))
         return result
 
     def fails(self, calls: list[Call]) -> bool:
@@ -747,14 +750,12 @@ def err_dir_exists(p: _Planner) -> tuple[str, str]:
 
 
 def err_msg_name(p: _Planner) -> tuple[str, str]:
-    api = p.inst["MessageAPI"]
-    if not api.current_user:
-        raise _Retry
     who, text = _other_person(p), p.names.short() + "."
     p.set_naive([("send_message", {"receiver_id": who, "message": text})])
+    login = p.ensure_message_login()
     uid = p.run("get_user_id", user=who)["user_id"]
     p.run("send_message", receiver_id=uid, message=text)
-    return f"Send '{text}' to {who}.", f"send_message needs a user id, not a name: get_user_id('{who}') first."
+    return f"Send '{text}' to {who}.{login}", f"Send_message needs a user id, not a name (and a logged-in user): get_user_id('{who}') first."
 
 
 def err_ticket_login(p: _Planner) -> tuple[str, str]:
@@ -789,6 +790,11 @@ COMBOS = [
     ("GorillaFileSystem", "TwitterAPI"), ("GorillaFileSystem", "MessageAPI"), ("GorillaFileSystem", "TicketAPI"),
     ("MessageAPI",), ("TicketAPI",), ("TwitterAPI", "MessageAPI"),
 ]
+ERROR_COMBOS = [  # most failure kinds live in the file system: weight it up
+    ("GorillaFileSystem",), ("GorillaFileSystem",), ("GorillaFileSystem",), ("GorillaFileSystem",),
+    ("GorillaFileSystem", "TwitterAPI"), ("GorillaFileSystem", "MessageAPI"), ("GorillaFileSystem", "TicketAPI"),
+    ("MessageAPI",), ("TicketAPI",), ("TwitterAPI", "MessageAPI"),
+]
 
 
 # ---- generation ---------------------------------------------------------------------------------
@@ -810,35 +816,50 @@ def _try(p: _Planner, pool: list[Op]) -> tuple[str, str]:
     raise _Retry
 
 
-def _build(rng: random.Random, capability: str, difficulty: float) -> Task:
-    classes = rng.choice(COMBOS)
+def _turn(p: _Planner, capability: str, t: int, n_ops: int, pools: dict[str, list[Op]], secondary_turn: int) -> tuple[str, list[Call], str]:
+    """One user turn: (request text, reference calls, hint); raises _Retry if this draw is unusable."""
+    before = {c: state_of(i) for c, i in p.inst.items()}
+    p.calls, sentences, tips = [], [], []
+    for k in range(n_ops):
+        if capability == "error_recovery" and ((t == 0 and k == 0) or p.rng.random() < 0.5):
+            pool = pools["errors"]
+        elif t == secondary_turn and k == 0:
+            pool = pools["secondary"]
+        else:
+            pool = pools["normal"]
+        sentence, tip = _try(p, pool)
+        sentences.append(sentence if not sentences else "Then " + sentence[0].lower() + sentence[1:])
+        tips.append(tip[0].upper() + tip[1:])
+    if {c: state_of(i) for c, i in p.inst.items()} == before:
+        raise _Retry  # every turn must change the state, or doing nothing would pass it
+    if len(p.calls) > MAX_REFERENCE_CALLS_PER_TURN:
+        raise _Retry  # keep every turn doable within the default step budget, one call per step
+    return " ".join(sentences), p.calls, " ".join(tips)
+
+
+def _build(rng: random.Random, capability: str, difficulty: float, classes: tuple[str, ...]) -> Task:
     p = _Planner(rng, list(classes), depth=1 + round(2 * difficulty))
     n_turns = rng.randint(2, 2 + round(2 * difficulty))
     per_turn = [1 + (rng.random() < difficulty) for _ in range(n_turns)]
     while sum(per_turn) > 6:
         per_turn[per_turn.index(max(per_turn))] -= 1
-    normal, errors = _pool(classes, CLASS_OPS, cross=True), _pool(classes, ERROR_OPS, cross=False)
-    own = {c: _pool((c,), CLASS_OPS, cross=False) + CROSS_OPS.get(c, []) * ("GorillaFileSystem" in classes) for c in classes}
+    secondary = _pool(classes[-1:], CLASS_OPS, cross=False) + (CROSS_OPS.get(classes[-1], []) if "GorillaFileSystem" in classes else [])
+    pools = {"normal": _pool(classes, CLASS_OPS, cross=True), "errors": _pool(classes, ERROR_OPS, cross=False), "secondary": secondary}
     secondary_turn = rng.randrange(n_turns) if len(classes) > 1 else -1
     turns, reference, hints = [], [], []
     for t, n_ops in enumerate(per_turn):
-        before = {c: state_of(i) for c, i in p.inst.items()}
-        p.calls, sentences, tips = [], [], []
-        for k in range(n_ops):
-            if capability == "error_recovery" and ((t == 0 and k == 0) or rng.random() < 0.5):
-                pool = errors
-            elif t == secondary_turn and k == 0:
-                pool = own[classes[-1]]
-            else:
-                pool = normal
-            sentence, tip = _try(p, pool)
-            sentences.append(sentence if not sentences else "Then " + sentence[0].lower() + sentence[1:])
-            tips.append(tip)
-        if {c: state_of(i) for c, i in p.inst.items()} == before:
-            raise _Retry  # every turn must change the state, or doing nothing would pass it
-        turns.append(" ".join(sentences))
-        reference.append(p.calls)
-        hints.append(" ".join(tips))
+        for _ in range(30):  # redraw a turn that came out unusable, from the state before it
+            saved = (copy.deepcopy(p.inst), set(p.names.used), p.naive, set(p.used_methods))
+            try:
+                text, calls, hint = _turn(p, capability, t, n_ops, pools, secondary_turn)
+                break
+            except _Retry:
+                p.inst, p.names.used, p.naive, p.used_methods = saved
+        else:
+            raise _Retry
+        turns.append(text)
+        reference.append(calls)
+        hints.append(hint)
     if capability == "error_recovery" and not p.naive:
         raise _Retry
     used = {n for turn in reference for n, _ in turn} | p.used_methods
@@ -855,9 +876,10 @@ def _build(rng: random.Random, capability: str, difficulty: float) -> Task:
 def generate_task(capability: str, seed: int, difficulty: float = 0.5) -> Task:
     """The task of a seed: a pure function of (capability, seed, difficulty)."""
     rng = random.Random(f"{capability}:{seed}")
+    classes = rng.choice(ERROR_COMBOS if capability == "error_recovery" else COMBOS)
     for _ in range(100):
         try:
-            return _build(rng, capability, difficulty)
+            return _build(rng, capability, difficulty, classes)
         except _Retry:
             continue
     raise RuntimeError(f"could not generate a {capability} task for seed {seed}")

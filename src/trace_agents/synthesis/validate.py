@@ -15,8 +15,8 @@ imports the module and checks that it is a usable training environment:
 - seeds_vary   different seeds give different tasks
 - reference    replaying `reference()` scores success with reward 1.0
 - empty_answer an answer without tool calls does not succeed and scores < 1
-- wrong_answer the reference with its first argument value (or, without arguments, its first
-               function name) altered does not succeed
+- wrong_answer the reference with the first argument value of every call (or, without arguments,
+               the function name) altered does not succeed
 - network      the module never tried to open a network connection
 
 Reference shape: single-turn, a list of `(name, args)` calls, replayed as ONE assistant message with
@@ -358,20 +358,25 @@ def _altered(value: Any) -> Any:
 
 
 def wrong_turns(turns: list[list[tuple[str, dict]]]) -> tuple[list[list[tuple[str, dict]]], str]:
-    """The reference with the first call's first argument value altered (or its name, if it has no
-    arguments), and a description of the change. ValueError if there is no call to alter."""
-    turns = copy.deepcopy(turns)
+    """The reference with the first argument value of EVERY call altered (or its name, for a call
+    without arguments), and a description of the changes. Every call, not only the first: in a
+    state-checked task the first call is often a read-only lookup whose arguments leave the final
+    state unchanged. ValueError if there is no call to alter."""
+    turns, changes = copy.deepcopy(turns), []
     for calls in turns:
-        if calls:
-            name, args = calls[0]
+        for i, (name, args) in enumerate(calls):
             if args:
                 key = next(iter(args))
                 new = _altered(args[key])
-                calls[0] = (name, {**args, key: new})
-                return turns, f"{name}: argument {key!r} changed from {_cut(args[key], 80)} to {_cut(new, 80)}"
-            calls[0] = (name + "_wrong", args)
-            return turns, f"function name changed from {name!r} to {name + '_wrong'!r}"
-    raise ValueError("reference() has no tool call to alter")
+                calls[i] = (name, {**args, key: new})
+                changes.append(f"{name}: {key!r} {_cut(args[key], 60)} -> {_cut(new, 60)}")
+            else:
+                calls[i] = (name + "_wrong", args)
+                changes.append(f"{name} -> {name}_wrong")
+    if not changes:
+        raise ValueError("reference() has no tool call to alter")
+    more = f" (and {len(changes) - 3} more)" if len(changes) > 3 else ""
+    return turns, "; ".join(changes[:3]) + more
 
 
 class _Runner:
@@ -489,7 +494,7 @@ class _Runner:
         ref = env.reference()
         reference_turns(ref)
         try:
-            snap = {"messages": [m.model_dump() for m in messages], "tools": json.loads(json.dumps(env.tools)),
+            snap = {"messages": [m.model_dump(exclude_none=True) for m in messages], "tools": json.loads(json.dumps(env.tools)),
                     "task_id": env.task_id, "reference": json.loads(json.dumps(ref))}
         except (TypeError, ValueError) as e:
             raise _Fail(f"seed {seed}: tools and reference() must be plain JSON data ({e})") from None
@@ -508,18 +513,19 @@ class _Runner:
         return f"seed {self.train[0]}: task {snap['task_id']!r}, {len(snap['tools'])} tools, {kind} reference"
 
     def tools(self) -> str:
-        env, errors, names = self.new(), [], set()
+        env, errors, names = self.new(), {}, set()  # error -> seeds that show it
         for seed in self.sample:
             env.reset(seed)
             seen = [t.get("function", {}).get("name") if isinstance(t, dict) else None for t in env.tools]
+            found = [e for t in env.tools for e in tool_schema_errors(t)]
             if len(set(seen)) < len(seen):
-                errors.append(f"seed {seed}: duplicate tool names {sorted({n for n in seen if seen.count(n) > 1}, key=str)}")
-            for tool in env.tools:
-                errors += [f"seed {seed}: {e}" for e in tool_schema_errors(tool)]
+                found.append(f"duplicate tool names {sorted({n for n in seen if seen.count(n) > 1}, key=str)}")
+            for e in found:
+                errors.setdefault(e, []).append(seed)
             names.update(n for n in seen if isinstance(n, str))
         if errors:
-            unique = list(dict.fromkeys(errors))
-            raise _Fail("\n".join(unique[:8]) + (f"\n(and {len(unique) - 8} more)" if len(unique) > 8 else ""))
+            lines = [f"{e} (seeds {', '.join(map(str, seeds))})" for e, seeds in errors.items()]
+            raise _Fail("\n".join(lines[:8]) + (f"\n(and {len(lines) - 8} more)" if len(lines) > 8 else ""))
         return f"{len(names)} valid tool schemas: {', '.join(sorted(names))[:300]}"
 
     def deterministic(self) -> str:
