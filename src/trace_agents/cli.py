@@ -25,8 +25,27 @@ class UsageError(Exception):
     """Bad arguments or input: exit status 2."""
 
 
+class _LoggedProgress(Progress):
+    """A rich progress bar that, when stderr is not a terminal (CI, nohup, logs), prints a plain line
+    at every 10% instead, so long background jobs show where they are."""
+
+    def update(self, task_id, **kwargs) -> None:
+        super().update(task_id, **kwargs)
+        if self.console.is_terminal:
+            return
+        task = self._tasks[task_id]
+        if task.total:
+            tenth = int(10 * task.completed / task.total)
+            if tenth > getattr(task, "_logged", -1):
+                task._logged = tenth  # type: ignore[attr-defined]
+                self.console.print(f"{task.description}: {task.completed:.0f}/{task.total:.0f} ({time.strftime('%H:%M:%S')})", soft_wrap=True)
+
+    def advance(self, task_id, advance: float = 1) -> None:
+        self.update(task_id, advance=advance)
+
+
 def _progress() -> Progress:
-    return Progress(
+    return _LoggedProgress(
         TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
         TimeRemainingColumn(), console=console, transient=False,
     )

@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import importlib.util
 import inspect
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Literal, Protocol, runtime_checkable
@@ -89,6 +90,7 @@ def resolve_env(spec: str, **kwargs: Any) -> Callable[[], Env]:
 def _env_class_from_module(path: Path) -> type:
     mod_spec = importlib.util.spec_from_file_location(f"trace_env_{path.stem}", path)
     module = importlib.util.module_from_spec(mod_spec)  # type: ignore[arg-type]
+    sys.modules[module.__name__] = module  # dataclasses and pickling look the module up by name
     mod_spec.loader.exec_module(module)  # type: ignore[union-attr]
     classes = [
         c for _, c in inspect.getmembers(module, inspect.isclass)

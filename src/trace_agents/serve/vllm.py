@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import json
 import shlex
+from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any, Callable
 
@@ -231,6 +232,7 @@ def create_proxy(upstream_url: str, router: Router, adapters: list[str], base_na
     known = set(adapters) | {base_name}
     state: dict[str, Any] = {}
 
+    @asynccontextmanager
     async def lifespan(app: FastAPI):
         state["client"] = httpx.AsyncClient(timeout=timeout)
         try:
