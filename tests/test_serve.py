@@ -11,7 +11,6 @@ import json
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import asynccontextmanager
 
 import httpx
 import pytest
@@ -173,6 +172,12 @@ def test_a_failing_generation_is_a_500_for_that_request_only(scripted):
         ask(client, "boom")
     assert e.value.status_code == 500 and "scripted failure" in str(e.value)
     still_serving(client)
+    # In one batch with others, only the failing request gets the 500.
+    with ThreadPoolExecutor(4) as pool:
+        futures = [pool.submit(ask, client, text) for text in ("a", "boom", "b", "c")]
+        results = [f.exception() or f.result().choices[0].message.content for f in futures]
+    assert results[0] == "echo: a" and results[2:] == ["echo: b", "echo: c"]
+    assert isinstance(results[1], APIStatusError) and results[1].status_code == 500
 
 
 def test_concurrent_requests_are_batched(scripted):

@@ -247,6 +247,68 @@ def select_cmd(
     Console().print(format_table(selection))
 
 
+@app.command("synthesize")
+def synthesize_cmd(
+    capabilities: Path = typer.Option(..., "--capabilities", help="capabilities.json from analyze/select."),
+    target: str = typer.Option(..., "--target", help="The target environment (its tools inform LLM synthesis)."),
+    out: Path = typer.Option(..., "--out", help="Folder: <capability>.py, .validation.json, .calibration.json."),
+    llm: Optional[str] = typer.Option(None, "--llm", help="openai:NAME@BASE_URL for capabilities without a built-in family."),
+    model: Optional[str] = typer.Option(None, "--model", help="Base policy to calibrate difficulty with (skipped if omitted)."),
+    seeds: int = typer.Option(8, "--seeds", help="Calibration seeds per round."),
+    samples: int = typer.Option(4, "--samples", help="Calibration samples per seed."),
+):
+    """One validated (and calibrated) environment per selected capability (stage 2)."""
+    from trace_agents.synthesis.pipeline import synthesize_all
+
+    if llm is not None and not llm.startswith("openai:"):
+        raise UsageError("--llm must look like openai:NAME@BASE_URL")
+    summary = synthesize_all(capabilities, target, out, llm=llm, model=model, seeds=seeds, samples=samples)
+    table = Table(title="environments")
+    for col in ("capability", "source", "valid", "difficulty", "success", "mean reward", "degenerate", "in band"):
+        table.add_column(col)
+    for name, e in summary["environments"].items():
+        c = e.get("calibration") or {}
+        table.add_row(name, str(e.get("source")), str(e.get("valid", e.get("error"))), str(c.get("difficulty", "-")),
+                      f"{c['success_rate']:.2f}" if c else "-", f"{c['mean_reward']:.2f}" if c else "-",
+                      f"{c['degenerate_fraction']:.2f}" if c else "-", str(c.get("ok", "-")))
+    Console().print(table)
+
+
+@app.command("calibrate")
+def calibrate_cmd(
+    env: str = EnvOpt, model: str = ModelOpt,
+    out: Path = typer.Option(..., "--out", help="Calibration JSON to write."),
+    seeds: int = typer.Option(8, "--seeds", help="Train seeds per round."),
+    samples: int = typer.Option(4, "--samples", help="Samples per seed (temperature 1)."),
+    tune_difficulty: bool = typer.Option(True, "--tune/--no-tune", help="Bisect the env's difficulty towards the band."),
+    rounds: int = typer.Option(3, "--rounds", help="Tuning rounds at most."),
+    max_steps: int = typer.Option(8, "--max-steps", help="Assistant turns per episode at most."),
+):
+    """Measure mean reward, success, pass@k and degenerate groups of the base policy on an environment."""
+    import inspect as _inspect
+
+    from trace_agents.agent.policy import make_policy
+    from trace_agents.envs.base import resolve_env
+    from trace_agents.synthesis.calibrate import measure, report, tune
+    from trace_agents.types import write_json
+
+    if seeds < 1 or samples < 2:
+        raise UsageError("--seeds must be >= 1 and --samples >= 2 (groups need two samples)")
+    make_env = resolve_env(env)
+    cls = type(make_env())
+    policy = make_policy(model)
+    with console.status(f"calibrating {env}"):
+        if tune_difficulty and "difficulty" in _inspect.signature(cls.__init__).parameters:
+            chosen, history = tune(cls, policy, rounds=rounds, seeds=seeds, samples=samples, max_steps=max_steps)
+        else:
+            history, chosen = [measure(make_env, policy, seeds=seeds, samples=samples, max_steps=max_steps)], None
+    result = report(history, chosen)
+    write_json(out, {"env": env, "model": model, **result})
+    r = result["result"]
+    console.print(f"difficulty {chosen}: success {r['success_rate']:.2f}, mean reward {r['mean_reward']:.2f}, "
+                  f"pass@k {r['pass_at_k']:.2f}, degenerate {r['degenerate_fraction']:.2f}, in band: {r['ok']}")
+
+
 @app.command("train")
 def train_cmd(
     env: str = EnvOpt, model: str = ModelOpt,

@@ -237,7 +237,6 @@ class Batcher:
         return batch
 
     async def _run(self) -> None:
-        loop = asyncio.get_running_loop()
         while True:
             batch = await self._collect()
             self.in_flight += len(batch)
@@ -252,23 +251,31 @@ class Batcher:
                     sampling = Sampling(sampling.max_new_tokens, sampling.temperature, sampling.top_p,
                                         random.randrange(2**31))
                 try:
-                    replies = await loop.run_in_executor(
-                        self.executor, self.policy.act, [j.request for j in jobs], sampling)
-                    if len(replies) != len(jobs):
-                        raise RuntimeError(f"policy returned {len(replies)} replies for {len(jobs)} requests")
-                except Exception as e:  # noqa: BLE001 - one failed batch must not stop the worker
-                    log.exception("generation failed for a batch of %d", len(jobs))
-                    self.stats.failed_batches += 1
-                    for j in jobs:
-                        if not j.future.done():
-                            j.future.set_exception(e)
-                else:
-                    self.stats.batch_sizes.append(len(jobs))
-                    for j, reply in zip(jobs, replies):
-                        if not j.future.done():  # a client that went away cancelled its future
-                            j.future.set_result(reply)
+                    await self._act(jobs, sampling)
                 finally:
                     self.in_flight -= len(jobs)
+
+    async def _act(self, jobs: list[_Job], sampling: Sampling) -> None:
+        loop = asyncio.get_running_loop()
+        try:
+            replies = await loop.run_in_executor(self.executor, self.policy.act, [j.request for j in jobs], sampling)
+            if len(replies) != len(jobs):
+                raise RuntimeError(f"policy returned {len(replies)} replies for {len(jobs)} requests")
+        except Exception as e:  # noqa: BLE001 - one failed batch must not stop the worker
+            self.stats.failed_batches += 1
+            if len(jobs) > 1:  # find the culprit: only the request that fails alone gets the error
+                log.warning("a batch of %d failed (%s: %s); retrying one at a time", len(jobs), type(e).__name__, e)
+                for j in jobs:
+                    await self._act([j], sampling)
+                return
+            log.exception("generation failed")
+            if not jobs[0].future.done():
+                jobs[0].future.set_exception(e)
+            return
+        self.stats.batch_sizes.append(len(jobs))
+        for j, reply in zip(jobs, replies):
+            if not j.future.done():  # a client that went away cancelled its future
+                j.future.set_result(reply)
 
 
 # --------------------------------------------------------------------------- responses

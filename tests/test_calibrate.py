@@ -1,0 +1,76 @@
+import json
+import random
+import subprocess
+import sys
+
+import pytest
+
+from trace_agents.agent.policy import Reply
+from trace_agents.envs.base import Step
+from trace_agents.synthesis.calibrate import measure, pass_at_k, tune
+from trace_agents.types import Message, Verdict
+
+
+def test_pass_at_k_hand_computed():
+    assert pass_at_k(5, 2, 1) == pytest.approx(0.4)
+    assert pass_at_k(5, 1, 4) == pytest.approx(1 - 1 / 5)  # 1 - C(4,4)/C(5,4)
+    assert pass_at_k(4, 0, 2) == 0 and pass_at_k(4, 4, 1) == 1
+
+
+class CoinEnv:
+    """Success iff the policy's number r < (1 - difficulty)^3: harder settings succeed less."""
+
+    name = "toy/coin"
+    tools: list = []
+
+    def __init__(self, difficulty: float = 0.5):
+        self.difficulty = difficulty
+
+    def seeds(self, split):
+        return list(range(50))
+
+    def reset(self, seed):
+        self.task_id, self.r = f"coin_{seed}", 1.0
+        return [Message(role="user", content="go")]
+
+    def step(self, message):
+        self.r = float(message.content)
+        return Step(done=True)
+
+    def verdict(self):
+        ok = self.r < (1 - self.difficulty) ** 3
+        return Verdict(reward=float(ok), success=ok)
+
+
+class RandomNumbers:
+    name = "numbers"
+
+    def __init__(self):
+        self.rng = random.Random(0)
+
+    def act(self, requests, sampling):
+        return [Reply(Message(role="assistant", content=str(self.rng.random())), "") for _ in requests]
+
+
+def test_measure_and_tune_move_difficulty_into_the_band():
+    cal = measure(lambda: CoinEnv(0.0), RandomNumbers(), seeds=10, samples=4)
+    assert cal.success_rate == 1 and cal.degenerate_fraction == 1 and not cal.ok
+    chosen, history = tune(CoinEnv, RandomNumbers(), rounds=4, seeds=25, samples=4)
+    # d=0.5: P(success) = 0.125 -> too hard -> d=0.25: P = 0.42 -> in band, stop
+    assert [h.difficulty for h in history] == [0.5, 0.25] and chosen == 0.25
+    assert 0.2 <= history[-1].success_rate <= 0.6
+
+
+def test_synthesize_writes_valid_builtin_modules(tmp_path):
+    caps = {"thresholds": {}, "capabilities": [
+        {"name": "function_selection", "selected": True}, {"name": "parallel_call_completeness", "selected": True},
+        {"name": "made_up_skill", "selected": True}, {"name": "tool_call_format", "selected": False}]}
+    (tmp_path / "capabilities.json").write_text(json.dumps(caps))
+    p = subprocess.run([sys.executable, "-m", "trace_agents.cli", "synthesize", "--capabilities", str(tmp_path / "capabilities.json"),
+                        "--target", "bfcl/multiple", "--out", str(tmp_path / "envs")], capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stderr
+    summary = json.loads((tmp_path / "envs" / "synthesis.json").read_text())["environments"]
+    assert summary["function_selection"]["valid"] and summary["parallel_call_completeness"]["valid"]
+    assert "--llm" in summary["made_up_skill"]["error"] and "tool_call_format" not in summary
+    report = json.loads((tmp_path / "envs" / "function_selection.validation.json").read_text())
+    assert report["ok"] and all(c["ok"] for c in report["checks"])

@@ -1,0 +1,254 @@
+"""The composed model (stage 4): exactness against PEFT and the base, top-1 routing, generate with a
+KV cache, gate training that touches only the routers, save/load, and adapter validation."""
+
+import json
+import shutil
+
+import pytest
+import torch
+from torch import nn
+
+from trace_agents.compose import (
+    AdapterError,
+    ComposeConfig,
+    LoraExperts,
+    compose,
+    load_composed,
+    routing_stats,
+    save_composed,
+    train_gates,
+)
+from trace_agents.models import tiny_random
+from trace_agents.types import Message, Trajectory
+
+TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
+# (name, rank, targets): different ranks exercise zero-padding, "attn" the union of target sets.
+ADAPTERS = [("alpha", 4, TARGETS), ("beta", 4, TARGETS), ("gamma", 8, TARGETS), ("attn", 2, ["q_proj", "v_proj"])]
+PROMPTS = ["List the files in my home folder.", "Hi", "Book a flight from Oslo to Rome on the 16th of May, please."]
+
+
+def base_model():
+    model, _ = tiny_random(0)
+    return model.eval()
+
+
+def save_lora(folder, rank, targets, seed, hidden=None):
+    from peft import LoraConfig, get_peft_model
+
+    model = base_model()
+    if hidden is not None:  # a different base: same layer names, other shapes
+        from transformers import LlamaConfig, LlamaForCausalLM
+
+        cfg = LlamaConfig(vocab_size=model.config.vocab_size, hidden_size=hidden, intermediate_size=2 * hidden,
+                          num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2)
+        model = LlamaForCausalLM(cfg)
+    torch.manual_seed(seed)
+    peft = get_peft_model(model, LoraConfig(r=rank, lora_alpha=2 * rank, target_modules=targets))
+    with torch.no_grad():
+        for name, p in peft.named_parameters():
+            if "lora_B" in name:  # PEFT starts B at zero: randomise so every adapter changes the logits
+                p.normal_(0, 0.2)
+    peft.save_pretrained(folder)
+    return folder
+
+
+@pytest.fixture(scope="module")
+def adapters(tmp_path_factory):
+    root = tmp_path_factory.mktemp("adapters")
+    return {name: save_lora(root / name, r, t, seed=i) for i, (name, r, t) in enumerate(ADAPTERS)}
+
+
+@pytest.fixture(scope="module")
+def tok():
+    return tiny_random(0)[1]
+
+
+@pytest.fixture(scope="module")
+def batch(tok):
+    texts = [tok.apply_chat_template([{"role": "user", "content": p}], tokenize=False, add_generation_prompt=True) for p in PROMPTS]
+    return tok(texts, return_tensors="pt", padding=True, add_special_tokens=False)  # left padding
+
+
+def composed(adapters, seed=None, **config):
+    model = compose(base_model(), adapters, base_model_name="tiny-random", config=ComposeConfig(**config))
+    if seed is not None:  # decisive random gates, so tokens spread over all slots
+        torch.manual_seed(seed)
+        for router in model.routers.values():
+            nn.init.normal_(router.proj.weight, std=1.0)
+    return model.eval()
+
+
+def logits(model, batch):
+    with torch.no_grad():
+        return model(**batch).logits
+
+
+@pytest.mark.parametrize("expert", [name for name, *_ in ADAPTERS])
+def test_forced_expert_reproduces_its_adapter(adapters, batch, expert):
+    from peft import PeftModel
+
+    reference = logits(PeftModel.from_pretrained(base_model(), str(adapters[expert])).eval(), batch)
+    model = composed(adapters, seed=0)
+    model.force_expert(expert)
+    got = logits(model, batch)
+    assert torch.allclose(got, reference, atol=1e-5, rtol=0)
+    assert not torch.allclose(got, logits(base_model(), batch), atol=1e-3)  # the adapter matters
+
+
+def test_none_slot_and_untrained_gates_are_the_base_exactly(adapters, batch):
+    reference = logits(base_model(), batch)
+    model = composed(adapters)  # zero-initialised routers: ties -> slot 0
+    assert torch.equal(logits(model, batch), reference)
+    assert all(bool((ids == 0).all()) for ids in model.routing().values())
+    model = composed(adapters, seed=0)
+    model.force_expert("none")
+    assert torch.equal(logits(model, batch), reference)
+
+
+@pytest.mark.parametrize("router,kernel", [("block", "index"), ("block", "gather"), ("global", "auto")])
+def test_routing_applies_exactly_one_expert_per_token(adapters, batch, router, kernel):
+    model = composed(adapters, seed=1, router=router, kernel=kernel)
+    target = model.base_model.model.layers[1].mlp.down_proj
+    assert isinstance(target, LoraExperts)
+    seen = {}
+    handle = target.register_forward_hook(lambda m, args, out: seen.update(x=args[0], y=out))
+    logits(model, batch)
+    handle.remove()
+    routing = model.routing()
+    assert set(routing) == ({"0", "1"} if router == "block" else {"global"})
+    ids = routing["1" if router == "block" else "global"]
+    assert ids.shape == batch["input_ids"].shape and ids.dtype == torch.long
+    assert len(torch.unique(ids)) >= 3  # random gates use several experts
+    x, y = seen["x"], seen["y"]
+    with torch.no_grad():  # base + the delta of the one chosen slot, token by token
+        expected = torch.stack([
+            torch.stack([target.base(x[b, t]) + (target.delta(x[b, t], int(e)) if e else 0) for t, e in enumerate(row)])
+            for b, row in enumerate(ids)])
+    assert torch.allclose(y, expected, atol=1e-5, rtol=0)
+
+
+def test_kernels_agree(adapters, batch):
+    out = {}
+    for kernel in ("index", "gather"):
+        out[kernel] = logits(composed(adapters, seed=2, kernel=kernel), batch)
+    assert torch.allclose(out["index"], out["gather"], atol=1e-5, rtol=0)
+
+
+@pytest.mark.parametrize("forced", ["gamma", None])
+def test_generate_with_kv_cache_batched_left_padding(adapters, batch, tok, forced):
+    model = composed(adapters, seed=3)
+    model.force_expert(forced)
+    gen = dict(max_new_tokens=5, do_sample=False, pad_token_id=tok.pad_token_id)
+    with torch.no_grad():
+        out = model.generate(**batch, **gen)
+        assert torch.equal(out, model.generate(**batch, use_cache=False, **gen))
+        start = batch["input_ids"].shape[1]
+        attn = torch.cat([batch["attention_mask"], torch.ones_like(out[:, start:])], dim=1)
+        pos = (attn.cumsum(-1) - 1).clamp(min=0)  # what generate uses under left padding
+        for t in range(start, out.shape[1]):  # every generated token = argmax of a full no-cache forward
+            full = model(input_ids=out[:, :t], attention_mask=attn[:, :t], position_ids=pos[:, :t], use_cache=False)
+            assert torch.equal(full.logits[:, -1].argmax(-1), out[:, t])
+
+
+def test_policy_drop_in(adapters, tok):
+    from trace_agents.agent.policy import Request, Sampling, TransformersPolicy
+
+    policy = TransformersPolicy(composed(adapters, seed=4), tok, batch_size=2)
+    replies = policy.act([Request([Message(role="user", content=p)]) for p in PROMPTS], Sampling(max_new_tokens=4))
+    assert [r.new_tokens for r in replies] == [4, 4, 4]
+
+
+def test_train_mode_gives_gates_gradient_without_changing_outputs(adapters, batch):
+    model = composed(adapters, seed=5)
+    reference = logits(model, batch)
+    model.train()
+    out = model(**batch).logits
+    assert torch.allclose(out, reference, atol=1e-6)  # straight-through: same value as inference
+    (out.float().pow(2).mean() + 0.01 * model.aux_loss()).backward()
+    for router in model.routers.values():
+        assert router.proj.weight.grad is not None and router.proj.weight.grad.abs().sum() > 0
+    assert all(p.grad is None for n, p in model.named_parameters() if not n.startswith("routers."))
+
+
+def synthetic(n_per_class, names, seed=0):
+    """Trajectories whose words come from disjoint vocabularies, one per expert: separable labels."""
+    import random
+
+    vocab = {"none": "red green blue yellow purple orange black white",
+             "alpha": "one two three four five six seven eight nine",
+             "beta": "cat dog horse sheep goat mouse bird fish",
+             "gamma": "Paris Rome Oslo Berlin Madrid Vienna Prague Lisbon",
+             "attn": "run jump swim climb throw catch kick push"}
+    rng = random.Random(seed)
+    out = []
+    for i in range(n_per_class):
+        for name in names:
+            words = vocab[name].split()
+            say = lambda k: " ".join(rng.choice(words) for _ in range(k))  # noqa: E731
+            traj = Trajectory(id=f"{name}-{i}", env=name, task_id=str(i), seed=i, reward=0.0, success=False, tool_calls=0,
+                              messages=[Message(role="user", content=say(30)), Message(role="assistant", content=say(30))])
+            out.append((traj, name))
+    return out
+
+
+def test_gate_training_changes_only_router_weights(adapters, tok):
+    model = composed(adapters, seed=6)
+    assert all(not p.requires_grad for n, p in model.named_parameters() if not n.startswith("routers."))
+    assert all(p.requires_grad for p in model.routers.parameters())
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    metrics = train_gates(model, tok, synthetic(2, ["none", "alpha", "beta"]), steps=3, lr=1e-2, batch=4)
+    assert metrics["steps"] == 3 and len(metrics["history"]) == 3
+    after = model.state_dict()
+    assert before.keys() == after.keys()
+    changed = {k for k in before if not torch.equal(before[k], after[k])}
+    assert changed and all(k.startswith("routers.") for k in changed)
+    assert not model.training
+
+
+def test_gate_training_learns_separable_labels(adapters, tok):
+    names = ["none", *[n for n, *_ in ADAPTERS]]
+    model = composed(adapters)
+    train, held_out = synthetic(6, names, seed=0), synthetic(2, names, seed=1)
+    trajs, labels = [t for t, _ in held_out], [n for _, n in held_out]
+    before = routing_stats(model, tok, trajs, labels)
+    metrics = train_gates(model, tok, train, steps=40, lr=3e-2, batch=10)
+    after = routing_stats(model, tok, trajs, labels)
+    chance = 1 / len(names)
+    assert before["accuracy"] <= chance + 0.05  # untrained: everything on "none"
+    assert after["accuracy"] > 0.55 and metrics["accuracy"] > 0.55, (before, after)
+    assert set(after["share"]) == set(names) and abs(sum(after["share"].values()) - 1) < 1e-4
+    assert set(after["share_per_router"]) == {"0", "1"}
+    assert after["switches_per_trajectory"] > 0  # template tokens vs content tokens
+
+
+def test_save_load_round_trip(adapters, batch, tmp_path):
+    model = composed(adapters, seed=7)
+    reference = logits(model, batch)
+    save_composed(model, tmp_path / "composed")
+    meta = json.loads((tmp_path / "composed" / "composed.json").read_text())
+    assert meta["version"] == 1 and meta["base_model"] == "tiny-random" and meta["router"] == "block"
+    assert meta["experts"] == ["none", *adapters] and set(meta["adapters"]) == set(adapters)
+    assert (tmp_path / "composed" / "gates.safetensors").exists()
+    loaded, _ = load_composed(tmp_path / "composed", device="cpu")
+    assert torch.equal(logits(loaded, batch), reference)
+    assert torch.equal(loaded.routing()["1"], model.routing()["1"])
+
+
+def test_mismatched_adapter_shapes_name_the_folder(adapters, tmp_path):
+    wrong = save_lora(tmp_path / "wide", 4, TARGETS, seed=9, hidden=32)
+    with pytest.raises(AdapterError, match="wide"):
+        compose(base_model(), {"alpha": adapters["alpha"], "wide": wrong})
+
+
+def test_adapters_of_different_bases_are_refused(adapters, tmp_path):
+    other = tmp_path / "other"
+    shutil.copytree(adapters["beta"], other)
+    cfg = json.loads((other / "adapter_config.json").read_text())
+    (other / "adapter_config.json").write_text(json.dumps({**cfg, "base_model_name_or_path": "some/other-model"}))
+    first = tmp_path / "first"
+    shutil.copytree(adapters["alpha"], first)
+    (first / "adapter_config.json").write_text(json.dumps({**cfg, "base_model_name_or_path": "tiny-random"}))
+    with pytest.raises(AdapterError, match="other"):
+        compose(base_model(), {"first": first, "other": other})
+    with pytest.raises(AdapterError, match="reserved"):
+        compose(base_model(), {"none": adapters["alpha"]})
