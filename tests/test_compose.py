@@ -1,6 +1,8 @@
 """The composed model (stage 4): exactness against PEFT and the base, top-1 routing, generate with a
 KV cache, gate training that touches only the routers, save/load, and adapter validation."""
 
+import copy
+import functools
 import json
 import shutil
 
@@ -27,9 +29,14 @@ ADAPTERS = [("alpha", 4, TARGETS), ("beta", 4, TARGETS), ("gamma", 8, TARGETS), 
 PROMPTS = ["List the files in my home folder.", "Hi", "Book a flight from Oslo to Rome on the 16th of May, please."]
 
 
+@functools.lru_cache(maxsize=1)
+def _pristine():
+    return tiny_random(0)[0].eval()
+
+
 def base_model():
-    model, _ = tiny_random(0)
-    return model.eval()
+    """A fresh copy of load_model("tiny-random")'s weights (copying is faster than rebuilding)."""
+    return copy.deepcopy(_pristine())
 
 
 def save_lora(folder, rank, targets, seed, hidden=None):

@@ -102,3 +102,26 @@ def test_label_run_is_deterministic_subsample_with_every_id_once():
         ids = [i for bucket in caps.model_dump().values() for i in bucket]
         assert len(ids) == len(set(ids)) == 8  # 80% subsample, each id in exactly one bucket
     assert set(a.definitions) == set(PROBES)
+
+
+def test_probes_read_synthetic_references_and_bfcl_error_objects():
+    from trace_agents.envs.base import resolve_env
+    from trace_agents.types import FunctionCall, ToolCall
+
+    env = resolve_env("synthetic/parallel_call_completeness")()
+    msgs = env.reset(5)
+    (name, args), *_ = env.reference()
+    reply = assistant(call(name, args))
+    msgs = msgs + [reply] + env.step(reply).messages
+    v = env.verdict()
+    t = Trajectory(id="s", env=env.name, task_id=env.task_id, seed=5, messages=msgs, tools=env.tools,
+                   reward=v.reward, success=v.success, tool_calls=1, info=v.details)
+    got = labels(t)
+    assert got["parallel_call_completeness"] == LACKING and got["argument_value_grounding"] == PRESENT
+
+    c = ToolCall(id="c", function=FunctionCall(name="cd", arguments='{"folder": "x"}'))
+    err = [Message(role="user", content="go"), Message(role="assistant", content="", tool_calls=[c]),
+           Message(role="tool", tool_call_id="c", content='{"error": "cd: x: No such directory"}'),
+           Message(role="assistant", content="", tool_calls=[c])]
+    t = Trajectory(id="e", env="x", task_id="x", seed=0, messages=err, reward=0, success=False, tool_calls=2)
+    assert labels(t)["error_recovery"] == LACKING

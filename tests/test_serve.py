@@ -20,7 +20,7 @@ from openai import APIStatusError, OpenAI
 
 from trace_agents.agent.openai_policy import OpenAIPolicy
 from trace_agents.agent.policy import Reply, Request, Sampling, TransformersPolicy
-from trace_agents.serve.app import create_app, load_policy, running
+from trace_agents.serve.app import PromptCounter, create_app, load_policy, running
 from trace_agents.serve.vllm import (
     VLLM_FLAGS, VLLM_MAX_LORA_RANKS, ExportError, create_proxy, export_vllm, find_adapters, vllm_command,
 )
@@ -63,10 +63,11 @@ class ScriptedPolicy:
             args = json.dumps({"city": said.split(" ", 1)[1]})
             call = ToolCall(id=f"{r.call_id_prefix}_0", function=FunctionCall(name="get_weather", arguments=args))
             text = f'<tool_call>{{"name": "get_weather", "arguments": {args}}}</tool_call>'
-            return Reply(Message(role="assistant", content="", tool_calls=[call]), text, new_tokens=12, prompt_tokens=30)
+            message = Message(role="assistant", content="", tool_calls=[call])
+            return Reply(message, text, new_tokens=12, prompt_tokens=30)
         if said == "broken":  # a malformed call in the model's text
             text = '<tool_call>{"name": "get_weather", "arguments": {oops}</tool_call>'
-            return Reply(Message(role="assistant", content=""), text, error="call 0: bad", new_tokens=9, prompt_tokens=9)
+            return Reply(Message(role="assistant", content=""), text, error="call 0: bad", new_tokens=9)
         return Reply(Message(role="assistant", content=f"echo: {said}"), f"echo: {said}", new_tokens=3, prompt_tokens=8)
 
 
@@ -229,6 +230,14 @@ def test_real_tiny_model_plain_text_and_prompt_limit(tiny):
             client.chat.completions.create(**{**kw, "messages": [{"role": "user", "content": "word " * 400}]})
         assert e.value.status_code == 413 and e.value.body["code"] == "context_length_exceeded"
         assert client.chat.completions.create(**kw).choices[0].message.content == text
+        # Concurrent requests: prompt counting must not disturb the batched encoding.
+        with ThreadPoolExecutor(8) as pool:
+            futures = [pool.submit(client.chat.completions.create, **{**kw, "messages": [
+                {"role": "user", "content": "word " * (i * 7)}]}) for i in range(1, 9)]
+            assert all(f.result().choices[0].message.role == "assistant" for f in futures)
+        assert app.state.batcher.stats.failed_batches == 0
+    # Counting never shares the generation thread's tokenizer (its padding state is per call).
+    assert PromptCounter(TransformersPolicy(model, tok)).tokenizer is not tok
 
 
 def test_composed_without_compose_module_says_so(tmp_path):

@@ -17,6 +17,7 @@ queue is full, 503 while shutting down, 500 when generation fails (that request 
 from __future__ import annotations
 
 import asyncio
+import copy
 import json
 import logging
 import random
@@ -281,12 +282,25 @@ class Batcher:
 # --------------------------------------------------------------------------- responses
 
 
-def _prompt_tokens(policy: Policy, request: Request) -> int | None:
-    """Prompt length in tokens for policies that render locally; None when unknown."""
-    render, tok = getattr(policy, "render", None), getattr(policy, "tokenizer", None)
-    if render is None or tok is None:
-        return None
-    return len(tok(render(request), add_special_tokens=False)["input_ids"])
+class PromptCounter:
+    """Prompt length in tokens, for policies that render locally (`render` + `tokenizer`).
+
+    Counts with a private copy of the tokenizer: a fast tokenizer sets padding and truncation on
+    its shared backend at every call, so using the generation thread's tokenizer from another
+    thread breaks that thread's padded batch encoding."""
+
+    def __init__(self, policy: Policy):
+        render, tok = getattr(policy, "render", None), getattr(policy, "tokenizer", None)
+        self.render = render if callable(render) and tok is not None else None
+        self.tokenizer = copy.deepcopy(tok) if self.render else None
+        self.lock = threading.Lock()
+
+    def __call__(self, request: Request) -> int | None:
+        if self.render is None:
+            return None
+        text = self.render(request)  # a jinja render: does not touch the tokenizer's backend
+        with self.lock:
+            return len(self.tokenizer(text, add_special_tokens=False)["input_ids"])
 
 
 def _assistant(reply: Reply, call_prefix: str) -> tuple[str | None, list[dict], str]:
@@ -388,6 +402,7 @@ def create_app(
     drain_timeout_s: on shutdown, how long queued and running requests may take to finish.
     """
     state: dict[str, Any] = {"accepting": True}
+    count_prompt = PromptCounter(policy)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI):
@@ -466,7 +481,7 @@ def create_app(
         call_prefix = "call_" + uuid.uuid4().hex[:12]
         tools = [] if req.tool_choice == "none" else [t.model_dump(exclude_none=True) for t in req.tools or []]
         request = Request(messages=[m.to_message() for m in req.messages], tools=tools, call_id_prefix=call_prefix)
-        n_prompt = await asyncio.to_thread(_prompt_tokens, policy, request)
+        n_prompt = await asyncio.to_thread(count_prompt, request)
         if n_prompt is not None and n_prompt > max_prompt_tokens:
             raise APIError(413, f"prompt is {n_prompt} tokens, this server allows at most {max_prompt_tokens}",
                            param="messages", code="context_length_exceeded")
