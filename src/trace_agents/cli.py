@@ -355,6 +355,41 @@ def train_cmd(
     console.print(f"adapter saved to {summary['adapter']} after {summary['steps']} steps; curves in {out / 'curves.png'}")
 
 
+@app.command("serve")
+def serve_cmd(
+    model: str = ModelOpt,
+    composed: Optional[Path] = typer.Option(None, "--composed", help="Composed-model folder (token-routed adapters)."),
+    host: str = typer.Option("127.0.0.1", "--host"), port: int = typer.Option(8000, "--port"),
+    served_name: Optional[str] = typer.Option(None, "--served-model-name", help="Model name clients send (default: MODEL)."),
+    max_batch: int = typer.Option(16, "--max-batch", help="Concurrent requests generated together at most."),
+    device: Optional[str] = DeviceOpt, dtype: str = DtypeOpt,
+):
+    """An OpenAI-compatible server (/v1/chat/completions with tools, streaming, /v1/models, /health)."""
+    from trace_agents.serve.app import ServeError, serve_app
+
+    try:
+        serve_app(model, composed, host, port, served_model_name=served_name, device=device, dtype=dtype, max_batch=max_batch)
+    except ServeError as e:
+        raise UsageError(str(e)) from None
+
+
+@app.command("export-vllm")
+def export_vllm_cmd(
+    run_dir: Path = typer.Argument(..., help="A folder holding adapter folders (searched recursively)."),
+    out: Optional[Path] = typer.Option(None, "--out", help="Where to write vllm_serve.sh (default RUN_DIR/vllm)."),
+    base_model: Optional[str] = typer.Option(None, "--base-model", help="Base model path or name (default: from the adapters)."),
+    port: int = typer.Option(8000, "--port"),
+):
+    """Write the exact `vllm serve` command (multi-LoRA) for a run's adapters."""
+    from trace_agents.serve.vllm import ExportError, export_vllm
+
+    try:
+        result = export_vllm(run_dir, out, base_model=base_model, port=port)
+    except ExportError as e:
+        raise UsageError(str(e)) from None
+    Console().print(" ".join(result["argv"]) if "argv" in result else result)
+
+
 @app.command("demo")
 def demo_cmd(
     out: Path = typer.Option(Path("runs/demo"), "--out", help="Run folder."),

@@ -268,7 +268,12 @@ def make_lora_model(model_name: str, config: GRPOConfig, device: str | None = No
     lora = LoraConfig(r=config.lora_r, lora_alpha=config.lora_alpha, lora_dropout=config.lora_dropout,
                       target_modules=targets, task_type="CAUSAL_LM")
     torch.manual_seed(config.seed)  # LoRA A matrices are random: same seed, same start
-    return get_peft_model(base, lora), tok
+    model = get_peft_model(base, lora)
+    # Name the base as the command line does (built-in name or absolute folder), so an adapter folder
+    # alone says which model it belongs to (export-vllm and composition read this).
+    name = model_name if model_name in ("smollm2-135m", "tiny-random") else str(Path(model_name).resolve())
+    model.peft_config["default"].base_model_name_or_path = name
+    return model, tok
 
 
 def train(
