@@ -24,12 +24,14 @@ compare different work. With the tie-break every group has signal and both loops
 
 Step time: ours = the "seconds" of each step's metrics (rollout + update); TRL = wall time between
 consecutive `on_step_end` callbacks (generation + reward + micro-batches + optimizer step + its
-logging). The first `--warmup` steps of each are dropped; the median of the next `--steps` is kept.
+logging). Generation seconds (ours: the rollout call; TRL: `_generate_single_turn`) are reported
+per step too, so the rest of a step is the update. The first `--warmup` steps of each are dropped; the median of the next `--steps` is kept.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import logging
 import os
@@ -110,10 +112,13 @@ def median_after_warmup(values: list[float], warmup: int) -> float | None:
 # ---- ours ----------------------------------------------------------------------------------------
 def run_ours(args, make_env, config: GRPOConfig) -> dict[str, Any]:
     generated: list[int] = []
+    rollout_seconds: list[float] = []
     real_rollout = grpo_mod.rollout
 
     def counting_rollout(*a, **kw):  # generated tokens per step, including groups the update drops
+        t0 = time.perf_counter()
         trajs = real_rollout(*a, **kw)
+        rollout_seconds.append(round(time.perf_counter() - t0, 2))
         generated.append(sum(t.info["new_tokens"] for t in trajs))
         return trajs
 
@@ -129,6 +134,7 @@ def run_ours(args, make_env, config: GRPOConfig) -> dict[str, Any]:
     return {
         "median_step_seconds": median_after_warmup(seconds, args.warmup),
         "step_seconds": seconds,
+        "generation_seconds_per_step": rollout_seconds,
         "generated_tokens_per_step": generated,
         "update_tokens_per_step": [int(r["tokens"]) for r in records],
         "median_generated_tokens": statistics.median(generated[kept]) if generated[kept] else None,
@@ -201,12 +207,23 @@ def run_trl(args, make_env, pool: list[int], tok, prompts: list[str]) -> dict[st
                     "per_device_train_batch_size": cfg.per_device_train_batch_size,
                     "gradient_accumulation_steps": cfg.gradient_accumulation_steps,
                     "eos_token_ids": list(trainer.eos_token_ids)}
+        real_generate = trainer._generate_single_turn
+        gen_seconds: list[float] = []
+
+        def timed_generate(*a, **kw):
+            t0 = time.perf_counter()
+            result = real_generate(*a, **kw)
+            gen_seconds.append(round(time.perf_counter() - t0, 2))
+            return result
+
+        trainer._generate_single_turn = timed_generate
         trainer.train()
         logs = [h for h in trainer.state.log_history if "loss" in h and "step" in h]
     kept = slice(args.warmup, None)
     return {
         "median_step_seconds": median_after_warmup(timer.intervals, args.warmup),
         "step_seconds": [round(x, 2) for x in timer.intervals],
+        "generation_seconds_per_step": gen_seconds,
         "generated_tokens_per_step": generated,
         "median_generated_tokens": statistics.median(generated[kept]) if generated[kept] else None,
         "completions_mean_length_per_step": [h.get("completions/mean_length") for h in logs],
@@ -281,13 +298,14 @@ def main() -> None:
         for which in ((["ours", "trl"]) if args.first == "ours" else ["trl", "ours"]):
             load_before[which] = [round(x, 2) for x in os.getloadavg()]
             started = time.perf_counter()
-            if which == "ours":
-                results[which] = run_ours(args, make_env, config)
-            else:
-                results[which] = run_trl(args, make_env, pool, tok, prompts)
+            with contextlib.redirect_stdout(sys.stderr):  # Trainer prints its logs: keep stdout one JSON object
+                if which == "ours":
+                    results[which] = run_ours(args, make_env, config)
+                else:
+                    results[which] = run_trl(args, make_env, pool, tok, prompts)
             results[which]["wall_seconds_total"] = round(time.perf_counter() - started, 1)
-    for w in caught:
-        print(f"warning: {w.category.__name__}: {w.message}", file=sys.stderr)
+    for text in sorted({f"{w.category.__name__}: {w.message}" for w in caught}):
+        print(f"warning: {text}", file=sys.stderr)
 
     ours, trl = results["ours"], results["trl"]
     ratio = ours["median_step_seconds"] / trl["median_step_seconds"] if trl["median_step_seconds"] else None
@@ -307,6 +325,8 @@ def main() -> None:
         "ratio_ours_over_trl": round(ratio, 3) if ratio is not None else None,
         "ratio_per_generated_token": round(per_tok, 3) if per_tok is not None else None,
         "target_ratio": 1.0,
+        "ours_median_generation_seconds": median_after_warmup(ours["generation_seconds_per_step"], args.warmup),
+        "trl_median_generation_seconds": median_after_warmup(trl["generation_seconds_per_step"], args.warmup),
         "ours_tokens_per_step": ours["median_generated_tokens"], "trl_tokens_per_step": trl["median_generated_tokens"],
         "ours": ours, "trl": trl, "order": list(results), "loadavg_before": load_before,
         "torch_threads": torch.get_num_threads(), "cpus": os.cpu_count(), "loadavg": [round(x, 2) for x in os.getloadavg()],

@@ -84,6 +84,19 @@ def _result_text(value: Any) -> str:
         return str(value)
 
 
+def execute_call(methods: dict[str, Any], name: str, args: dict | None) -> str:
+    """Run one tool call on live tool-class instances by direct method call (no eval); errors come
+    back as text the model can read, worded as BFCL's executor words them."""
+    if args is None:
+        return "Error during execution: arguments are not a JSON object"
+    if name not in methods:
+        return f"Error during execution: name '{name}' is not defined"
+    try:
+        return _result_text(methods[name](**args))
+    except Exception as e:  # the tool classes raise on bad arguments; the model sees the error
+        return f"Error during execution: {e}"
+
+
 class BfclEnv:
     """One BFCL category; one episode at a time."""
 
@@ -159,14 +172,7 @@ class BfclEnv:
         return instances, methods
 
     def _execute(self, name: str, args: dict | None) -> str:
-        if args is None:
-            return "Error during execution: arguments are not a JSON object"
-        if name not in self._methods:
-            return f"Error during execution: name '{name}' is not defined"
-        try:
-            return _result_text(self._methods[name](**args))
-        except Exception as e:  # the tool classes raise on bad arguments; the model sees the error
-            return f"Error during execution: {e}"
+        return execute_call(self._methods, name, args)
 
     def _multi_turn_step(self, message: Message, parsed: list[tuple[str, dict | None]]) -> Step:
         if not parsed:

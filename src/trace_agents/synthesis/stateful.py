@@ -54,7 +54,7 @@ from typing import Any, Callable
 
 from trace_agents.agent.format import to_openai_tool
 from trace_agents.envs.base import Split, Step
-from trace_agents.envs.bfcl import _class_docs, _result_text, call_string
+from trace_agents.envs.bfcl import _class_docs, call_string, execute_call
 from trace_agents.types import Message, Verdict
 
 Call = tuple[str, dict[str, Any]]
@@ -935,14 +935,7 @@ class _StatefulEnv:
 
     # ---- episode -----------------------------------------------------------------------------
     def _execute(self, name: str, args: dict | None) -> str:
-        if args is None:
-            return "Error during execution: arguments are not a JSON object"
-        if name not in self._methods:
-            return f"Error during execution: name '{name}' is not defined"
-        try:
-            return _result_text(self._methods[name](**args))
-        except Exception as e:  # the tool classes raise on bad arguments; the model sees the error
-            return f"Error during execution: {e}"
+        return execute_call(self._methods, name, args)
 
     def step(self, message: Message) -> Step:
         if self.done:
