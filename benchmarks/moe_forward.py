@@ -8,6 +8,11 @@ run (variants interleaved, so load drift hits them alike). Prints one JSON objec
 Targets (issue 6): composed ≤ 1.25× base, composed ≤ 0.6× X-LoRA. Also reported: both delta kernels
 of LoraExperts ("index" for prefill, "gather" for decode steps), one PEFT LoRA adapter alone, and one
 decode step of `generate` (batch × 1 new token over a cached prompt; X-LoRA has no KV cache).
+
+On a shared, oversubscribed CPU run it with OMP_WAIT_POLICY=PASSIVE (or --threads 1): with torch's
+default spin-waiting OpenMP threads, every small op waits for a descheduled co-thread, which
+inflates anything made of many small ops (LoRA deltas, routers) by up to 10× and says more about the
+machine's load than about the kernels. The JSON records the policy, threads and load average.
 """
 
 from __future__ import annotations
@@ -97,7 +102,10 @@ def main() -> None:
     ap.add_argument("--seq", type=int, default=256)
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--dtype", default="float32")
+    ap.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's choice)")
     args = ap.parse_args()
+    if args.threads:
+        torch.set_num_threads(args.threads)
 
     load_before = os.getloadavg()
     base, tok = load_model(args.model, device="cpu", dtype=args.dtype)
@@ -142,6 +150,7 @@ def main() -> None:
     print(json.dumps({
         "benchmark": "moe_forward", "model": args.model, "dtype": args.dtype, "batch": args.batch, "seq": args.seq,
         "adapters": args.adapters, "rank": args.rank, "threads": torch.get_num_threads(), "cpus": os.cpu_count(),
+        "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY"),
         "loadavg_before": [round(x, 2) for x in load_before], "loadavg_after": [round(x, 2) for x in os.getloadavg()],
         "forward_s_median": latency, "decode_step_s_median": decode,
         "routing_share": [round(float(x) / float(share.sum()), 3) for x in share],

@@ -63,9 +63,11 @@ BatchOpt = typer.Option(16, "--batch-size", help="Sequences per generate call (l
 DeviceOpt = typer.Option(None, "--device", help="cpu, cuda, cuda:1 ... (default: cuda if available).")
 DtypeOpt = typer.Option("float32", "--dtype", help="float32 | bfloat16 | float16 (local models).")
 SeedOpt = typer.Option(0, "--seed", help="Sampling seed.")
+AdapterOpt = typer.Option(None, "--adapter", help="A LoRA adapter folder (PEFT) on top of --model.")
+ComposedOpt = typer.Option(None, "--composed", help="A composed-model folder (token-routed adapters) on top of --model.")
 
 
-def _run_rollouts(env, model, split, limit, samples, max_steps, max_new_tokens, temperature, batch_size, device, dtype, seed, partial: Path | None):
+def _run_rollouts(env, model, split, limit, samples, max_steps, max_new_tokens, temperature, batch_size, device, dtype, seed, partial: Path | None, adapter=None, composed=None):
     from trace_agents.agent.policy import Sampling, make_policy
     from trace_agents.agent.rollout import rollout
     from trace_agents.envs.base import resolve_env
@@ -84,7 +86,7 @@ def _run_rollouts(env, model, split, limit, samples, max_steps, max_new_tokens, 
     if max_steps is None:
         max_steps = 20 if getattr(probe, "multi_turn", True) else 1
     with console.status(f"loading {model}"):
-        policy = make_policy(model, device=device, dtype=dtype, batch_size=batch_size)
+        policy = make_policy(model, adapter=adapter, composed=composed, device=device, dtype=dtype, batch_size=batch_size)
     sampling = Sampling(max_new_tokens=max_new_tokens, temperature=temperature, seed=seed)
     sink = partial.open("w") if partial else None
     started = time.time()
@@ -110,13 +112,14 @@ def rollout_cmd(
     out: Path = typer.Option(..., "--out", help="Trajectories JSONL to write."),
     max_steps: Optional[int] = MaxStepsOpt, max_new_tokens: int = MaxNewOpt, temperature: float = TempOpt,
     batch_size: int = BatchOpt, device: Optional[str] = DeviceOpt, dtype: str = DtypeOpt, seed: int = SeedOpt,
+    adapter: Optional[str] = AdapterOpt, composed: Optional[str] = ComposedOpt,
 ):
     """Run the agent on an environment and write its trajectories (JSONL)."""
     from trace_agents.types import write_jsonl
 
     partial = out.with_name(out.name + ".partial")
     out.parent.mkdir(parents=True, exist_ok=True)
-    trajs, secs = _run_rollouts(env, model, split, limit, samples, max_steps, max_new_tokens, temperature, batch_size, device, dtype, seed, partial)
+    trajs, secs = _run_rollouts(env, model, split, limit, samples, max_steps, max_new_tokens, temperature, batch_size, device, dtype, seed, partial, adapter, composed)
     write_jsonl(out, trajs)
     partial.unlink(missing_ok=True)
     ok = sum(t.success for t in trajs)
@@ -131,18 +134,20 @@ def evaluate_cmd(
     trajectories: Optional[Path] = typer.Option(None, "--trajectories", help="Also write the trajectories here (JSONL)."),
     max_steps: Optional[int] = MaxStepsOpt, max_new_tokens: int = MaxNewOpt, temperature: float = TempOpt,
     batch_size: int = BatchOpt, device: Optional[str] = DeviceOpt, dtype: str = DtypeOpt, seed: int = SeedOpt,
+    adapter: Optional[str] = AdapterOpt, composed: Optional[str] = ComposedOpt,
 ):
     """Score a model on held-out tasks: success rate with 95% interval, mean reward, mean tool calls."""
-    summary = evaluate_to(out, env, model, split, limit, samples, trajectories, max_steps, max_new_tokens, temperature, batch_size, device, dtype, seed)
+    summary = evaluate_to(out, env, model, split, limit, samples, trajectories, max_steps, max_new_tokens, temperature, batch_size, device, dtype, seed, adapter, composed)
     _print_summaries([summary])
 
 
-def evaluate_to(out, env, model, split, limit, samples=1, trajectories=None, max_steps=None, max_new_tokens=256, temperature=0.0, batch_size=16, device=None, dtype="float32", seed=0) -> dict:
+def evaluate_to(out, env, model, split, limit, samples=1, trajectories=None, max_steps=None, max_new_tokens=256, temperature=0.0, batch_size=16, device=None, dtype="float32", seed=0, adapter=None, composed=None) -> dict:
     from trace_agents.evaluate import summarize
     from trace_agents.types import write_json, write_jsonl
 
-    trajs, secs = _run_rollouts(env, model, split, limit, samples, max_steps, max_new_tokens, temperature, batch_size, device, dtype, seed, None)
+    trajs, secs = _run_rollouts(env, model, split, limit, samples, max_steps, max_new_tokens, temperature, batch_size, device, dtype, seed, None, adapter, composed)
     summary = summarize(trajs, env=env, model=model, split=split)
+    summary.update(adapter=adapter, composed=composed)
     summary["seconds"] = round(secs, 1)
     write_json(out, summary)
     if trajectories:

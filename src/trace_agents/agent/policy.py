@@ -113,11 +113,21 @@ class TransformersPolicy:
         return replies
 
 
-def make_policy(model: str, *, device: str | None = None, dtype: str = "float32", batch_size: int = 16) -> Policy:
-    """A policy for a MODEL argument of the command line (DESIGN.md §9)."""
+def make_policy(model: str, *, adapter: str | None = None, composed: str | None = None, device: str | None = None,
+                dtype: str = "float32", batch_size: int = 16) -> Policy:
+    """A policy for the MODEL argument of the command line (DESIGN.md §9), optionally with one LoRA
+    adapter folder (PEFT) or a composed-model folder on top."""
     from trace_agents.models import ModelError, load_model
 
+    if adapter and composed:
+        raise ModelError("give --adapter or --composed, not both")
+    if composed:
+        from trace_agents.compose import load_composed_policy
+
+        return load_composed_policy(composed, model=model, device=device, dtype=dtype, batch_size=batch_size)
     if model.startswith("openai:"):
+        if adapter:
+            raise ModelError("--adapter needs a local model; a server loads adapters itself (see export-vllm)")
         from trace_agents.agent.openai_policy import OpenAIPolicy
 
         try:
@@ -126,4 +136,18 @@ def make_policy(model: str, *, device: str | None = None, dtype: str = "float32"
             raise ModelError(str(e)) from None
 
     m, tok = load_model(model, device=device, dtype=dtype)
-    return TransformersPolicy(m, tok, name=model, batch_size=batch_size)
+    if adapter:
+        m = _with_adapter(m, adapter)
+    return TransformersPolicy(m, tok, name=f"{model}+{adapter}" if adapter else model, batch_size=batch_size)
+
+
+def _with_adapter(model, adapter: str):
+    from pathlib import Path
+
+    from peft import PeftModel
+
+    from trace_agents.models import ModelError
+
+    if not (Path(adapter) / "adapter_config.json").exists():
+        raise ModelError(f"--adapter {adapter}: no adapter_config.json there (give a PEFT LoRA folder, e.g. RUN/adapter)")
+    return PeftModel.from_pretrained(model, adapter).eval()

@@ -92,7 +92,7 @@ def train_gates(model: ComposedModel, tokenizer, labelled: Sequence[tuple[Trajec
     config = replace(config or GateTrainConfig(), **overrides)
     if not labelled:
         raise ValueError("train_gates needs at least one (trajectory, expert) pair")
-    if model._forced is not None:
+    if model.forced_expert is not None:
         raise ValueError("an expert is forced (force_expert); call model.force_expert(None) before training gates")
     device = next(model.gate_parameters()).device
     data = [(encode(tokenizer, t, config.max_tokens), _slot(model, name)) for t, name in labelled]

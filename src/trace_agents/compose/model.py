@@ -21,6 +21,7 @@ Adapter folders are referenced, not copied; a path inside the composed folder is
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 from dataclasses import asdict, dataclass
@@ -101,7 +102,8 @@ class ComposedModel(nn.Module):
         self._hooks = [decoder.register_forward_pre_hook(self._capture_mask, with_kwargs=True)]
         hooked = layers if config.router == "block" else layers[:1]
         for key, layer in zip(keys, hooked):
-            self._hooks.append(layer.register_forward_pre_hook(self._route_hook(key), with_kwargs=True))
+            # partial of a bound method (not a closure), so copy.deepcopy(model) hooks the copy's routers
+            self._hooks.append(layer.register_forward_pre_hook(functools.partial(self._route, key), with_kwargs=True))
 
     # ---- construction ----------------------------------------------------------------------------
     def _inject(self, adapters: dict[str, LoraAdapter], layers_name: str, n_layers: int) -> None:
@@ -135,24 +137,22 @@ class ComposedModel(nn.Module):
         mask = kwargs.get("attention_mask", args[1] if len(args) > 1 else None)
         self._mask = mask.bool() if isinstance(mask, torch.Tensor) and mask.dim() == 2 else None
 
-    def _route_hook(self, key: str):
-        def hook(module, args, kwargs):
-            hidden = args[0] if args else kwargs["hidden_states"]  # (batch, seq, hidden): this call's tokens
-            batch, seq = hidden.shape[:2]
-            mask = self._mask[:, -seq:] if self._mask is not None and self._mask.shape[0] == batch else None
-            route = self.routes[key]
-            if self._forced is not None:
-                route.force(self._forced, (batch, seq), mask)
-                return
-            logits = self.routers[key](hidden)  # (batch, seq, E)
-            ids = logits.argmax(-1)  # (batch, seq): top-1
-            gate = None
-            scale_train = self.training and torch.is_grad_enabled()
-            if scale_train or self.compose_config.gate_scale == "prob":
-                p = logits.softmax(-1).gather(-1, ids.unsqueeze(-1)).squeeze(-1)  # (batch, seq)
-                gate = p if self.compose_config.gate_scale == "prob" else p / p.detach()
-            route.set(ids, gate, logits, mask)
-        return hook
+    def _route(self, key: str, module, args, kwargs) -> None:
+        """Forward pre-hook of a decoder block: decide the slot of each of this call's tokens."""
+        hidden = args[0] if args else kwargs["hidden_states"]  # (batch, seq, hidden): this call's tokens only
+        batch, seq = hidden.shape[:2]
+        mask = self._mask[:, -seq:] if self._mask is not None and self._mask.shape[0] == batch else None
+        route = self.routes[key]
+        if self._forced is not None:
+            route.force(self._forced, (batch, seq), mask, hidden.device)
+            return
+        logits = self.routers[key](hidden)  # (batch, seq, E)
+        ids = logits.argmax(-1)  # (batch, seq): top-1
+        gate = None
+        if (self.training and torch.is_grad_enabled()) or self.compose_config.gate_scale == "prob":
+            p = logits.softmax(-1).gather(-1, ids.unsqueeze(-1)).squeeze(-1)  # (batch, seq)
+            gate = p if self.compose_config.gate_scale == "prob" else p / p.detach()
+        route.set(ids, gate, logits, mask)
 
     def force_expert(self, expert: int | str | None) -> None:
         """Route every token to one slot (name or index; "none"/0 = the base alone), bypassing the
@@ -164,6 +164,11 @@ class ComposedModel(nn.Module):
         if expert is not None and not 0 <= expert < len(self.expert_names):
             raise ValueError(f"expert slot {expert} out of range 0..{len(self.expert_names) - 1}")
         self._forced = expert
+
+    @property
+    def forced_expert(self) -> int | None:
+        """The slot every token is forced to, or None when the routers decide."""
+        return self._forced
 
     def set_kernel(self, kernel: Kernel, gather_max_tokens: int | None = None) -> None:
         self.compose_config.kernel = kernel

@@ -65,22 +65,22 @@ class Route:
         self.mask: torch.Tensor | None = None
         """(batch, seq) bool: real tokens (False on padding), or None when all are real."""
         self.shape: tuple[int, int] = (0, 0)
+        self._device: torch.device | None = None
         self._groups: list[tuple[int, torch.Tensor]] | None = None
 
     def set(self, ids: torch.Tensor, gate: torch.Tensor | None, logits: torch.Tensor, mask: torch.Tensor | None) -> None:
         self.forced, self.ids, self.gate, self.logits, self.mask = None, ids, gate, logits, mask
         self.shape, self._groups = tuple(ids.shape), None
 
-    def force(self, slot: int, shape: tuple[int, int], mask: torch.Tensor | None) -> None:
+    def force(self, slot: int, shape: tuple[int, int], mask: torch.Tensor | None, device: torch.device) -> None:
         self.forced, self.ids, self.gate, self.logits, self.mask = slot, None, None, None, mask
-        self.shape, self._groups = shape, None
+        self.shape, self._groups, self._device = shape, None, device
 
     def slots(self) -> torch.Tensor:
         """(batch, seq) long slot per token, forced or routed."""
         if self.ids is not None:
             return self.ids
-        device = self.mask.device if self.mask is not None else None
-        return torch.full(self.shape, int(self.forced or 0), dtype=torch.long, device=device)
+        return torch.full(self.shape, int(self.forced or 0), dtype=torch.long, device=self._device)
 
     def groups(self) -> list[tuple[int, torch.Tensor]]:
         """[(slot, flat token indices)] for every adapter slot that got tokens; computed once per
