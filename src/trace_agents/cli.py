@@ -360,6 +360,20 @@ def train_cmd(
     console.print(f"adapter saved to {summary['adapter']} after {summary['steps']} steps; curves in {out / 'curves.png'}")
 
 
+@app.command("run")
+def run_cmd(
+    config: Path = typer.Option(..., "--config", help="Run config (YAML or JSON); see README."),
+    resume: bool = typer.Option(True, "--resume/--no-resume", help="Skip stages whose inputs and config did not change."),
+):
+    """The stages over one run folder: rollouts, analysis, synthesis, adapters, the GRPO baseline."""
+    from trace_agents.pipeline import load_config, run_pipeline
+
+    summary = run_pipeline(load_config(config), resume=resume, log=lambda m: console.print(m, soft_wrap=True))
+    console.print(f"capabilities: {', '.join(summary['capabilities']) or 'none selected'}; "
+                  f"run summary in {load_config(config).run_dir / 'run.json'}")
+    console.print("[yellow]composition, the evaluation table and the report are not built yet[/yellow]")
+
+
 @app.command("serve")
 def serve_cmd(
     model: str = ModelOpt,

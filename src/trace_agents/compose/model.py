@@ -50,9 +50,10 @@ class ComposeConfig:
     """How the gate probability p of the chosen expert scales its delta: "straight-through" = by
     p / stopgrad(p) in training only (value 1, gradient reaches the gate); "prob" = by p, always."""
     kernel: Kernel = "auto"
-    """Top-1 delta kernel of LoraExperts ("index", "gather", or "auto" by token count)."""
+    """Top-1 delta kernel of LoraExperts: "index", "gather", or "auto" ("gather" for small calls
+    on CUDA, else "index"; see LoraExperts)."""
     gather_max_tokens: int = 64
-    """With kernel "auto": calls with at most this many tokens use "gather" (decode steps)."""
+    """With kernel "auto" on CUDA: calls with at most this many tokens use "gather" (decode steps)."""
 
     def __post_init__(self) -> None:
         checks = {"router": self.router in ("block", "global"), "gate_scale": self.gate_scale in ("straight-through", "prob"),

@@ -43,8 +43,7 @@ class Router(nn.Module):
         nn.init.zeros_(self.proj.bias)
 
     def forward(self, hidden: torch.Tensor) -> torch.Tensor:
-        h = hidden.float()  # (batch, seq, hidden)
-        h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + self.eps)
+        h = F.rms_norm(hidden.float(), (hidden.shape[-1],), eps=self.eps)  # (batch, seq, hidden)
         return F.linear(h, self.proj.weight.float(), self.proj.bias.float())  # (batch, seq, n_slots)
 
 
@@ -96,27 +95,31 @@ class Route:
 class LoraExperts(nn.Module):
     """One base `nn.Linear` plus E stacked LoRA experts, applied top-1 per token.
 
-    A: (E, R, in) and B: (E, out, R), R = the largest rank of any expert here; smaller ranks are
-    zero-padded (exact) and sliced off again on the per-expert path. Slot 0 ("none") and experts
-    that do not target this layer have rank 0 and zero weights. Frozen: `requires_grad=False`.
+    A: (E, R, in) holds s_e·A_e (the LoRA scale folded in once, saving an op per expert and call;
+    exact when s_e is a power of two, as with alpha = r or 2r, else within float rounding) and
+    B: (E, out, R). R = the largest rank of any expert here; smaller ranks are zero-padded (exact)
+    and sliced off again on the per-expert path. Slot 0 ("none") and experts that do not target
+    this layer have rank 0 and zero weights. Frozen: `requires_grad=False`.
 
     Two ways to apply the deltas, same result up to float summation order:
     - "index": per expert, gather its tokens, two small matmuls, scatter-add (index_add_) back.
-      Only top-1 work; a few ops per expert. Fastest for prefill (thousands of tokens).
-    - "gather": gather each token's own A/B, then two batched matvecs (bmm). Fixed op count, no
-      host sync, but (tokens, R, in) of gathered weights: fastest when there are few tokens
-      (a decode step of `generate`).
-    "auto" picks "gather" up to `gather_max_tokens` tokens per call, else "index" (measured in
-    benchmarks/moe_forward.py).
+      Only top-1 work, a few ops per expert, one host sync per block (shared by its projections).
+      Fastest on CPU both for prefill and for decode steps (benchmarks/moe_forward.py: at 8×256
+      tokens "gather" was 5× slower, at one decode step of batch 8 it was 1.85× vs 1.27× the base).
+    - "gather": gather each token's own A/B, then two batched matvecs (bmm): fixed op count and no
+      host sync, but (tokens, R, in) of gathered weights.
+    "auto" = "gather" on CUDA for calls of at most `gather_max_tokens` tokens (decode steps, where
+    a per-block host sync would stall kernel launch; chosen by reasoning, not measured here),
+    "index" otherwise.
     """
 
     def __init__(self, base: nn.Linear, A: torch.Tensor, B: torch.Tensor, scales: list[float], ranks: list[int],
                  route: Route, kernel: Kernel = "auto", gather_max_tokens: int = 64):
         super().__init__()
         self.base = base
-        self.A = nn.Parameter(A, requires_grad=False)  # (E, R, in)
+        scale = torch.tensor(scales, dtype=A.dtype, device=A.device).view(-1, 1, 1)
+        self.A = nn.Parameter(A * scale, requires_grad=False)  # (E, R, in): s_e·A_e
         self.B = nn.Parameter(B, requires_grad=False)  # (E, out, R)
-        self.register_buffer("scaling", torch.tensor(scales, dtype=torch.float32), persistent=False)  # (E,)
         self.scales, self.ranks = list(scales), list(ranks)
         self.route, self.kernel, self.gather_max_tokens = route, kernel, gather_max_tokens
 
@@ -129,10 +132,9 @@ class LoraExperts(nn.Module):
         return self.base.out_features
 
     def delta(self, x: torch.Tensor, slot: int) -> torch.Tensor:
-        """s_e · B_e · A_e · x for one expert, the same ops PEFT's lora.Linear runs (so a forced
-        expert reproduces that adapter exactly)."""
+        """B_e · (s_e·A_e) · x for one expert: PEFT's lora.Linear ops with the scale folded in."""
         r = self.ranks[slot]
-        return F.linear(F.linear(x, self.A[slot, :r]), self.B[slot, :, :r]) * self.scales[slot]
+        return F.linear(F.linear(x, self.A[slot, :r]), self.B[slot, :, :r])
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:  # x: (batch, seq, in)
         y = self.base(x)  # (batch, seq, out)
@@ -143,12 +145,13 @@ class LoraExperts(nn.Module):
             return y
         xf, n = x.reshape(-1, x.shape[-1]), x.shape[:-1].numel()
         gate = route.gate.reshape(-1) if route.gate is not None else None  # (tokens,)
-        if self.kernel == "gather" or (self.kernel == "auto" and n <= self.gather_max_tokens):
+        if self.kernel == "gather" or (self.kernel == "auto" and x.is_cuda and n <= self.gather_max_tokens):
             ids = route.ids.reshape(-1)  # (tokens,)
             h = torch.bmm(self.A[ids], xf.unsqueeze(-1))  # (tokens, R, 1)
-            d = torch.bmm(self.B[ids], h).squeeze(-1)  # (tokens, out)
-            w = self.scaling[ids] if gate is None else self.scaling[ids] * gate  # (tokens,); slot 0 -> 0
-            return y + (d * w.to(d.dtype).unsqueeze(-1)).view_as(y)
+            d = torch.bmm(self.B[ids], h).squeeze(-1)  # (tokens, out); slot 0 has zero weights
+            if gate is not None:
+                d = d * gate.to(d.dtype).unsqueeze(-1)
+            return y + d.view_as(y)
         yf = y.view(-1, y.shape[-1])  # (tokens, out), a view: index_add_ writes into y
         for e, idx in route.groups():
             if not self.ranks[e]:

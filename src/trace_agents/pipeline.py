@@ -1,0 +1,215 @@
+"""The four stages over one run folder, resumable: `trace-agents run --config run.yaml [--resume]`.
+
+Each stage writes into `RUN/NN_name/` through a temporary folder renamed at the end, then records
+`stage.json` with a fingerprint of its config and of the stages it reads. On resume a stage whose
+folder exists with the same fingerprint is skipped; a changed config or input reruns it and, through
+the fingerprints, every stage after it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import shutil
+import time
+from pathlib import Path
+from typing import Any, Callable, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from trace_agents.types import DataError, read_jsonl, write_json, write_jsonl
+
+
+class _Cfg(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class WarmupCfg(_Cfg):
+    steps: int = Field(30, ge=1, description="Format warm-up steps; 0 stages are skipped by omitting this block.")
+
+
+class AnalysisCfg(_Cfg):
+    analyst: str = Field("rules", description="rules | openai:NAME@URL")
+    runs: int = Field(10, ge=1)
+    delta: float = Field(0.2, ge=0, le=1)
+    rho: float = Field(0.1, ge=0, le=1)
+    rollout_limit: int | None = Field(None, ge=1, description="Train tasks rolled out for the analysis (all if null).")
+    max_capabilities: int = Field(4, ge=1, description="Adapters to train at most (top mean Δ first).")
+
+
+class SynthesisCfg(_Cfg):
+    llm: str | None = None
+    calibrate: bool = True
+    seeds: int = Field(8, ge=1)
+    samples: int = Field(4, ge=2)
+
+
+class TrainingCfg(_Cfg):
+    preset: Literal["cpu", "paper"] = "cpu"
+    steps: int = Field(20, ge=1)
+    group_size: int = Field(8, ge=2)
+    groups_per_step: int = Field(4, ge=1)
+    reward: Literal["verifier", "trace-efficiency"] = "verifier"
+    hint_fraction: float = Field(0.25, ge=0, le=1)
+
+
+class ComposeCfg(_Cfg):
+    router: Literal["block", "global"] = "block"
+    gate_steps: int = Field(50, ge=0)
+    gate_trajectories: int = Field(32, ge=1, description="Trajectories per capability env for the gate warm start.")
+
+
+class EvaluationCfg(_Cfg):
+    split: Literal["test"] = "test"
+    limit: int | None = Field(None, ge=1)
+    max_new_tokens: int = Field(192, ge=8)
+
+
+class RunConfig(_Cfg):
+    run_dir: Path
+    model: str = "smollm2-135m"
+    target: str = "bfcl/multiple"
+    warmup: WarmupCfg | None = None
+    analysis: AnalysisCfg = AnalysisCfg()
+    synthesis: SynthesisCfg = SynthesisCfg()
+    training: TrainingCfg = TrainingCfg()
+    compose: ComposeCfg = ComposeCfg()
+    evaluation: EvaluationCfg = EvaluationCfg()
+
+
+def load_config(path: str | Path) -> RunConfig:
+    """A typed config from YAML or JSON; errors name the key and the allowed values."""
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as e:
+        raise DataError(f"{path}: {e.strerror}") from None
+    try:
+        import yaml
+
+        raw = yaml.safe_load(text)
+    except ImportError:
+        raw = json.loads(text)
+    try:
+        return RunConfig.model_validate(raw or {})
+    except ValidationError as e:
+        problems = "; ".join(f"{'.'.join(map(str, err['loc']))}: {err['msg']}" for err in e.errors())
+        raise DataError(f"{path}: {problems}") from None
+
+
+# ---- stage bookkeeping ---------------------------------------------------------------------------
+def _fingerprint(*parts: Any) -> str:
+    return hashlib.sha256(json.dumps(parts, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
+class Stages:
+    """Runs stages in order; each is skipped when its folder holds the same fingerprint."""
+
+    def __init__(self, run_dir: Path, resume: bool, log: Callable[[str], None] = print):
+        self.run_dir, self.resume, self.log = run_dir, resume, log
+        self.prints: list[str] = []
+        self.index = 0
+
+    def run(self, name: str, config: Any, body: Callable[[Path], Any]) -> Path:
+        self.index += 1
+        folder = self.run_dir / f"{self.index:02d}_{name}"
+        fp = _fingerprint(name, config, self.prints)
+        meta = folder / "stage.json"
+        if self.resume and meta.exists() and json.loads(meta.read_text()).get("fingerprint") == fp:
+            self.log(f"[{name}] up to date, skipped")
+        else:
+            tmp = folder.with_name(folder.name + ".tmp")
+            shutil.rmtree(tmp, ignore_errors=True)
+            tmp.mkdir(parents=True)
+            started = time.time()
+            self.log(f"[{name}] running")
+            body(tmp)
+            write_json(tmp / "stage.json", {"fingerprint": fp, "seconds": round(time.time() - started, 1)})
+            shutil.rmtree(folder, ignore_errors=True)
+            tmp.rename(folder)
+        self.prints.append(fp)
+        return folder
+
+
+# ---- the pipeline --------------------------------------------------------------------------------
+def run_pipeline(config: RunConfig, resume: bool = True, log: Callable[[str], None] = print) -> dict:
+    from trace_agents.agent.policy import Sampling, make_policy
+    from trace_agents.agent.rollout import rollout
+    from trace_agents.envs.base import resolve_env
+
+    stages = Stages(config.run_dir, resume, log)
+    model = config.model
+    if config.warmup is not None:
+        from trace_agents.warmup.sft import WarmupConfig, warmup
+
+        folder = stages.run("warmup", [model, config.warmup], lambda d: warmup(model, d / "model", WarmupConfig(steps=config.warmup.steps)))
+        model = str(folder / "model")
+    make_target = resolve_env(config.target)
+    single_turn = not getattr(make_target(), "multi_turn", True)
+    max_steps = 1 if single_turn else 20
+
+    def base_rollouts(d: Path) -> None:
+        seeds = make_target().seeds("train")[: config.analysis.rollout_limit]
+        trajs = rollout(make_target, make_policy(model), seeds, max_steps=max_steps,
+                        sampling=Sampling(max_new_tokens=config.evaluation.max_new_tokens))
+        write_jsonl(d / "trajectories.jsonl", trajs)
+
+    rollouts = stages.run("base_rollouts", [model, config.target, config.analysis.rollout_limit], base_rollouts)
+
+    def analysis(d: Path) -> None:
+        from trace_agents.analysis.report import analyze
+
+        a = config.analysis
+        analyze(read_jsonl(rollouts / "trajectories.jsonl"), d, analyst=a.analyst, runs=a.runs, delta=a.delta, rho=a.rho)
+
+    analysis_dir = stages.run("analysis", config.analysis, analysis)
+
+    def synthesis(d: Path) -> None:
+        from trace_agents.synthesis.pipeline import synthesize_all
+
+        s = config.synthesis
+        synthesize_all(analysis_dir / "capabilities.json", config.target, d, llm=s.llm,
+                       model=model if s.calibrate else None, seeds=s.seeds, samples=s.samples)
+
+    synthesis_dir = stages.run("synthesis", config.synthesis, synthesis)
+    envs = _valid_envs(synthesis_dir, config.analysis.max_capabilities)
+
+    def adapters(d: Path) -> None:
+        for name, module in envs.items():
+            _train(resolve_env(str(module)), model, d / name, config.training, max_steps=8)
+
+    adapters_dir = stages.run("adapters", [config.training, sorted(envs)], adapters)
+    spent = _rollouts_spent(config.training) * len(envs)
+
+    def grpo_baseline(d: Path) -> None:
+        # Same total rollouts as TRACE spent over all its adapters, all on the target's train split.
+        t = config.training
+        steps = max(1, round(spent / (t.group_size * t.groups_per_step)))
+        _train(make_target, model, d / "grpo", t.model_copy(update={"steps": steps, "hint_fraction": 0.0}), max_steps)
+
+    baseline_dir = stages.run("grpo_baseline", [config.training, spent, config.target], grpo_baseline)
+    summary = {"model": model, "target": config.target, "capabilities": sorted(envs), "rollouts_per_system": spent,
+               "adapters": {n: str(adapters_dir / n / "adapter") for n in envs},
+               "grpo_baseline": str(baseline_dir / "grpo" / "adapter")}
+    write_json(config.run_dir / "run.json", summary)
+    return summary
+
+
+def _valid_envs(synthesis_dir: Path, limit: int) -> dict[str, Path]:
+    summary = json.loads((synthesis_dir / "synthesis.json").read_text())["environments"]
+    ok = {n: Path(e["module"]) for n, e in summary.items() if e.get("valid")}
+    # synthesize_all wrote the modules into the stage's temporary folder; they now live in the final one
+    return {n: synthesis_dir / p.name for n, p in list(ok.items())[:limit]}
+
+
+def _rollouts_spent(t: TrainingCfg) -> int:
+    return t.steps * t.group_size * t.groups_per_step
+
+
+def _train(make_env, model: str, out: Path, t: TrainingCfg, max_steps: int) -> None:
+    from trace_agents.training.grpo import PRESETS, GRPOConfig, train
+
+    config = GRPOConfig(**{**PRESETS[t.preset], "steps": t.steps, "group_size": t.group_size,
+                           "groups_per_step": t.groups_per_step, "reward": t.reward,
+                           "hint_fraction": t.hint_fraction, "max_steps": max_steps})
+    train(make_env, model, out, config)

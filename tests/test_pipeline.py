@@ -1,0 +1,40 @@
+import json
+
+import pytest
+
+from trace_agents.pipeline import load_config, run_pipeline
+from trace_agents.types import DataError
+
+
+def _config(tmp_path, **training):
+    cfg = {"run_dir": str(tmp_path / "run"), "model": "tiny-random", "target": "bfcl/multiple",
+           "analysis": {"runs": 2, "rollout_limit": 4}, "synthesis": {"calibrate": False},
+           "training": {"steps": 1, "group_size": 2, "groups_per_step": 1, **training},
+           "evaluation": {"max_new_tokens": 8}}
+    path = tmp_path / "run.json"
+    path.write_text(json.dumps(cfg))
+    return load_config(path)
+
+
+def test_stages_run_then_resume_skips_and_a_change_reruns_downstream(tmp_path):
+    logs = []
+    summary = run_pipeline(_config(tmp_path), log=logs.append)
+    # every rollout of a random model fails, so lacking the format concentrates in failures
+    assert summary["capabilities"] and summary["rollouts_per_system"] == 2 * len(summary["capabilities"])
+    assert all(m.endswith("running") for m in logs)
+    stamps = {p.name: p.stat().st_mtime for p in (tmp_path / "run").iterdir()}
+    logs.clear()
+    run_pipeline(_config(tmp_path), log=logs.append)
+    assert all(m.endswith("skipped") for m in logs) and len(logs) == 5
+    logs.clear()
+    run_pipeline(_config(tmp_path, steps=2), log=logs.append)
+    assert [m.split("]")[0][1:] for m in logs if m.endswith("running")] == ["adapters", "grpo_baseline"]
+    assert (tmp_path / "run" / "01_base_rollouts").stat().st_mtime == stamps["01_base_rollouts"]
+
+
+def test_bad_config_names_the_key(tmp_path):
+    path = tmp_path / "bad.yaml"
+    path.write_text("run_dir: x\ntraining:\n  reward: magic\n  stepz: 3\n")
+    with pytest.raises(DataError) as e:
+        load_config(path)
+    assert "training.reward" in str(e.value) and "verifier" in str(e.value) and "training.stepz" in str(e.value)
