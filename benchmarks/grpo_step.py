@@ -35,6 +35,7 @@ import contextlib
 import json
 import logging
 import os
+import resource
 import statistics
 import sys
 import tempfile
@@ -126,7 +127,12 @@ def run_ours(args, make_env, config: GRPOConfig) -> dict[str, Any]:
     grpo_mod.rollout = counting_rollout
     try:
         with tempfile.TemporaryDirectory(prefix="grpo_step_ours_") as out:
-            grpo_mod.train(make_env, args.model, out, config, resume=False, on_step=records.append)
+            def on_step(record: dict) -> None:
+                records.append(record)
+                print(f"ours step {record['step']}: {record['seconds']} s, rollout {rollout_seconds[-1]} s, "
+                      f"{generated[-1]} tokens", file=sys.stderr, flush=True)
+
+            grpo_mod.train(make_env, args.model, out, config, resume=False, on_step=on_step)
     finally:
         grpo_mod.rollout = real_rollout
     seconds = [r["seconds"] for r in records]
@@ -304,6 +310,10 @@ def main() -> None:
                 else:
                     results[which] = run_trl(args, make_env, pool, tok, prompts)
             results[which]["wall_seconds_total"] = round(time.perf_counter() - started, 1)
+            # Peak resident memory of the process so far (the loop run first is measured alone).
+            results[which]["peak_rss_gb_so_far"] = round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20, 2)
+            # A partial result survives if the run is stopped before the other loop ends.
+            print(f"partial {which}: " + json.dumps(results[which]), file=sys.stderr, flush=True)
     for text in sorted({f"{w.category.__name__}: {w.message}" for w in caught}):
         print(f"warning: {text}", file=sys.stderr)
 

@@ -11,7 +11,7 @@ import pytest
 import torch
 from toy_envs import ShortEnv
 
-from trace_agents.training.grpo import GRPOConfig, Sample, _collate, build_samples, group_advantages, train
+from trace_agents.training.grpo import GRPOConfig, Sample, _collate, build_samples, group_advantages, token_logprobs, train
 from trace_agents.types import FunctionCall, Message, ToolCall, Trajectory
 
 TOY = str(Path(__file__).with_name("toy_envs.py"))
@@ -42,9 +42,21 @@ def test_samples_mask_everything_but_sampled_tokens_and_never_see_the_hint(tiny)
     assert "RESULT" in second_prompt and "SECRET" not in second_prompt
     assert second_prompt.endswith("<|im_start|>assistant\n")
     ids, attn, mask, adv = _collate(samples, tok.pad_token_id, "cpu")
-    assert mask.sum() == 5 and attn.sum() == sum(len(s.prompt_ids) + len(s.completion_ids) for s in samples)
-    row1 = len(samples[1].prompt_ids)
-    assert mask[1, :row1].sum() == 0 and mask[1, row1 : row1 + 2].tolist() == [1, 1]
+    assert mask.shape == (2, 3) and mask.tolist() == [[1, 1, 1], [0, 1, 1]]
+    assert attn.sum() == sum(len(s.prompt_ids) + len(s.completion_ids) for s in samples)
+    assert ids[1, -2:].tolist() == [13, 2] and ids[0, -3:].tolist() == [11, 12, 2]  # completions end at the right edge
+
+
+def test_logprobs_of_kept_tokens_match_a_full_forward(tiny):
+    model, tok = tiny
+    samples = [Sample([5, 6, 7, 8], [9, 10], 1.0), Sample([5, 6], [11, 12, 13], -1.0)]
+    ids, attn, mask, _ = _collate(samples, tok.pad_token_id, "cpu")
+    got = token_logprobs(model, ids, attn, mask.shape[1])
+    for row, s in enumerate(samples):  # each row alone, unpadded
+        seq = torch.tensor([s.prompt_ids + s.completion_ids])
+        full = torch.log_softmax(model(input_ids=seq).logits[0, :-1].float(), -1)
+        want = full[torch.arange(len(seq[0]) - 1), seq[0, 1:]][-len(s.completion_ids):]
+        assert torch.allclose(got[row, -len(s.completion_ids):], want, atol=1e-4)
 
 
 def test_training_changes_only_lora_weights_and_saves_a_peft_adapter(tmp_path):

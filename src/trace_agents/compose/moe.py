@@ -104,8 +104,9 @@ class LoraExperts(nn.Module):
     Two ways to apply the deltas, same result up to float summation order:
     - "index": per expert, gather its tokens, two small matmuls, scatter-add (index_add_) back.
       Only top-1 work, a few ops per expert, one host sync per block (shared by its projections).
-      Fastest on CPU both for prefill and for decode steps (benchmarks/moe_forward.py: at 8×256
-      tokens "gather" was 5× slower, at one decode step of batch 8 it was 1.85× vs 1.27× the base).
+      Fastest on CPU for prefill and decode alike (SmolLM2, 4 rank-16 experts, benchmarks/
+      moe_forward.py on a loaded 2-core machine: batch 8 × 256 tokens took 1.10× the base with
+      "index" vs 5.7× with "gather"; a batch-8 decode step 1.3-1.4× vs 1.4-1.95×).
     - "gather": gather each token's own A/B, then two batched matvecs (bmm): fixed op count and no
       host sync, but (tokens, R, in) of gathered weights.
     "auto" = "gather" on CUDA for calls of at most `gather_max_tokens` tokens (decode steps, where

@@ -151,23 +151,28 @@ def build_samples(tokenizer, trajs: list[Trajectory], advantages: list[float | N
 
 
 def _collate(batch: list[Sample], pad_id: int, device) -> tuple[torch.Tensor, ...]:
+    """Left-padded rows, so every completion ends at the right edge and the LM head only has to run
+    on the last `keep` positions (the 49k-vocabulary projection over whole prompts dominated memory)."""
     width = max(len(s.prompt_ids) + len(s.completion_ids) for s in batch)
+    keep = max(len(s.completion_ids) for s in batch)
     ids = torch.full((len(batch), width), pad_id, dtype=torch.long)
     attn = torch.zeros_like(ids)
-    mask = torch.zeros((len(batch), width), dtype=torch.float32)  # 1 on completion tokens only
+    mask = torch.zeros((len(batch), keep), dtype=torch.float32)  # 1 on completion tokens only
     for row, s in enumerate(batch):
         seq = s.prompt_ids + s.completion_ids
-        ids[row, : len(seq)] = torch.tensor(seq)
-        attn[row, : len(seq)] = 1
-        mask[row, len(s.prompt_ids) : len(seq)] = 1
+        ids[row, width - len(seq) :] = torch.tensor(seq)
+        attn[row, width - len(seq) :] = 1
+        mask[row, keep - len(s.completion_ids) :] = 1
     adv = torch.tensor([s.advantage for s in batch], dtype=torch.float32)
     return ids.to(device), attn.to(device), mask.to(device), adv.to(device)
 
 
-def token_logprobs(model, ids: torch.Tensor, attn: torch.Tensor) -> torch.Tensor:
-    """log p(token_t | tokens_<t) for t >= 1, shape (batch, seq - 1)."""
-    logits = model(input_ids=ids, attention_mask=attn).logits[:, :-1].float()
-    return torch.log_softmax(logits, dim=-1).gather(-1, ids[:, 1:].unsqueeze(-1)).squeeze(-1)
+def token_logprobs(model, ids: torch.Tensor, attn: torch.Tensor, keep: int) -> torch.Tensor:
+    """log p of the last `keep` tokens of each row given everything before, shape (batch, keep)."""
+    positions = (attn.cumsum(-1) - 1).clamp(min=0)  # left padding: positions count real tokens only
+    logits = model(input_ids=ids, attention_mask=attn, position_ids=positions, logits_to_keep=keep + 1).logits
+    logits = logits[:, :-1].float()  # the last position predicts nothing we score
+    return torch.log_softmax(logits, dim=-1).gather(-1, ids[:, -keep:].unsqueeze(-1)).squeeze(-1)
 
 
 def policy_update(model, optimizer, samples: list[Sample], config: GRPOConfig, pad_id: int) -> dict[str, float]:
@@ -178,18 +183,18 @@ def policy_update(model, optimizer, samples: list[Sample], config: GRPOConfig, p
     old: list[torch.Tensor | None] = [None] * len(batches)
     if config.inner_epochs > 1:  # the behaviour policy's log-probs, fixed before the first update
         with torch.no_grad():
-            old = [token_logprobs(model, ids, attn) for ids, attn, _, _ in batches]
+            old = [token_logprobs(model, ids, attn, mask.shape[1]) for ids, attn, mask, _ in batches]
     stats = {"loss": 0.0, "clip_fraction": 0.0, "kl": 0.0}
     for _ in range(config.inner_epochs):
         for (ids, attn, mask, adv), old_lp in zip(batches, old):
-            m = mask[:, 1:]
-            new_lp = token_logprobs(model, ids, attn)
+            m = mask
+            new_lp = token_logprobs(model, ids, attn, mask.shape[1])
             ratio = torch.exp(new_lp - (old_lp if old_lp is not None else new_lp.detach()))
             a = adv.unsqueeze(1)
             per_token = -torch.min(ratio * a, torch.clamp(ratio, 1 - config.clip_eps, 1 + config.clip_eps) * a)
             if config.kl_coef > 0:
                 with torch.no_grad(), model.disable_adapter():
-                    ref_lp = token_logprobs(model, ids, attn)
+                    ref_lp = token_logprobs(model, ids, attn, mask.shape[1])
                 d = ref_lp - new_lp
                 kl = torch.exp(d) - d - 1  # k3 estimator: unbiased, always >= 0
                 per_token = per_token + config.kl_coef * kl
