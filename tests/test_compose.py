@@ -240,6 +240,19 @@ def test_save_load_round_trip(adapters, batch, tmp_path):
     assert torch.equal(logits(loaded, batch), reference)
     assert torch.equal(loaded.routing()["1"], model.routing()["1"])
 
+    # the folder is usable as --composed: rollouts through the batched policy
+    from trace_agents.agent.policy import Sampling, make_policy
+    from trace_agents.agent.rollout import rollout
+    from trace_agents.envs.base import resolve_env
+    from trace_agents.models import ModelError
+
+    policy = make_policy("tiny-random", composed=str(tmp_path / "composed"), batch_size=2)
+    env = resolve_env("bfcl/simple_python")
+    trajs = rollout(env, policy, env().seeds("train")[:2], max_steps=1, sampling=Sampling(max_new_tokens=4))
+    assert len(trajs) == 2 and all(t.info["new_tokens"] > 0 for t in trajs)
+    with pytest.raises(ModelError, match="built on"):
+        make_policy("smollm2-135m", composed=str(tmp_path / "composed"))
+
 
 def test_mismatched_adapter_shapes_name_the_folder(adapters, tmp_path):
     wrong = save_lora(tmp_path / "wide", 4, TARGETS, seed=9, hidden=32)

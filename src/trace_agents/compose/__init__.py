@@ -18,7 +18,28 @@ from trace_agents.compose.model import (
 )
 from trace_agents.compose.moe import LoraExperts, Route, Router
 
+
+def load_composed_policy(folder, *, model: str | None = None, device: str | None = None, dtype: str = "float32",
+                         batch_size: int = 16):
+    """A rollout/serving policy over a composed-model folder. `model` (the CLI's --model) must name the
+    same base the folder was built on; the folder's own record wins and a mismatch is refused."""
+    import json
+    from pathlib import Path
+
+    from trace_agents.agent.policy import TransformersPolicy
+    from trace_agents.models import ModelError
+
+    meta = Path(folder) / "composed.json"
+    if not meta.exists():
+        raise ModelError(f"--composed {folder}: no composed.json there (write one with `trace-agents compose`)")
+    base = json.loads(meta.read_text()).get("base_model")
+    if model and base and model != base and Path(model).resolve() != Path(base).resolve():
+        raise ModelError(f"--composed {folder} was built on {base!r}, not --model {model!r}")
+    composed, tok = load_composed(folder, device=device, dtype=dtype)
+    return TransformersPolicy(composed, tok, name=f"{base}+composed", batch_size=batch_size)
+
 __all__ = [
     "NONE", "AdapterError", "ComposeConfig", "ComposedModel", "GateTrainConfig", "LoraAdapter", "LoraExperts", "Route",
-    "Router", "build_composed", "compose", "load_composed", "read_adapter", "routing_stats", "save_composed", "train_gates",
+    "Router", "build_composed", "compose", "load_composed", "load_composed_policy", "read_adapter", "routing_stats",
+    "save_composed", "train_gates",
 ]
