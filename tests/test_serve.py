@@ -240,17 +240,10 @@ def test_real_tiny_model_plain_text_and_prompt_limit(tiny):
     assert PromptCounter(TransformersPolicy(model, tok)).tokenizer is not tok
 
 
-def test_composed_without_compose_module_says_so(tmp_path):
-    import importlib.util
+def test_composed_folder_without_composed_json_is_refused(tmp_path):
+    from trace_agents.models import ModelError
 
-    try:
-        has_hook = importlib.util.find_spec("trace_agents.compose") is not None and hasattr(
-            importlib.import_module("trace_agents.compose"), "load_composed_policy")
-    except ImportError:
-        has_hook = False
-    if has_hook:
-        pytest.skip("composition is built: the hook is in place")
-    with pytest.raises(ValueError, match="composition not built yet"):
+    with pytest.raises(ModelError, match="composed.json"):
         load_policy("tiny-random", tmp_path)
 
 

@@ -519,22 +519,13 @@ def load_policy(model: str, composed: str | Path | None = None, *, device: str |
                 dtype: str = "float32", batch_size: int = 16) -> Policy:
     """The policy to serve: `model` alone, or `model` composed with the adapters in `composed`.
 
-    The composed model plugs in through `trace_agents.compose.load_composed_policy(folder, ...)`."""
-    if composed is None:
-        from trace_agents.agent.policy import make_policy
+    The composed model comes from `trace_agents.compose.load_composed_policy`."""
+    from trace_agents.agent.policy import make_policy
 
-        return make_policy(model, device=device, dtype=dtype, batch_size=batch_size)
-    folder = Path(composed)
-    if not folder.is_dir():
-        raise ServeError(f"--composed {folder}: not a folder (give the output folder of `trace-agents compose`)")
-    try:
-        from trace_agents.compose import load_composed_policy  # type: ignore[attr-defined]
-    except ImportError:
-        raise ServeError(
-            "composition not built yet: trace_agents.compose.load_composed_policy is missing, so --composed "
-            "cannot be served; serve the base model without --composed"
-        ) from None
-    return load_composed_policy(folder, model=model, device=device, dtype=dtype, batch_size=batch_size)
+    if composed is not None and not Path(composed).is_dir():
+        raise ServeError(f"--composed {composed}: not a folder (give the output folder of `trace-agents compose`)")
+    return make_policy(model, composed=str(composed) if composed else None, device=device, dtype=dtype,
+                       batch_size=batch_size)
 
 
 def serve_app(model: str, composed: str | Path | None = None, host: str = "127.0.0.1", port: int = 8000, *,
