@@ -368,9 +368,10 @@ def run_cmd(
     """The stages over one run folder: rollouts, analysis, synthesis, adapters, the GRPO baseline."""
     from trace_agents.pipeline import load_config, run_pipeline
 
-    summary = run_pipeline(load_config(config), resume=resume, log=lambda m: console.print(m, soft_wrap=True))
+    run_config = load_config(config)
+    summary = run_pipeline(run_config, resume=resume, log=lambda m: console.print(m, soft_wrap=True))
     console.print(f"capabilities: {', '.join(summary['capabilities']) or 'none selected'}; "
-                  f"run summary in {load_config(config).run_dir / 'run.json'}")
+                  f"run summary in {run_config.run_dir / 'run.json'}")
     console.print("[yellow]composition, the evaluation table and the report are not built yet[/yellow]")
 
 
