@@ -74,3 +74,40 @@ def test_synthesize_writes_valid_builtin_modules(tmp_path):
     assert "--llm" in summary["made_up_skill"]["error"] and "tool_call_format" not in summary
     report = json.loads((tmp_path / "envs" / "function_selection.validation.json").read_text())
     assert report["ok"] and all(c["ok"] for c in report["checks"])
+
+
+def test_synthesize_reuses_a_calibration_with_the_same_key(tmp_path, monkeypatch):
+    import trace_agents.synthesis.calibrate as calibrate
+    import trace_agents.synthesis.pipeline as pipeline
+
+    tuned = []
+
+    def fake_tune(cls, policy, *, rounds, seeds, samples):  # the rollouts are what reuse saves
+        tuned.append((cls.__name__, seeds))
+        cal = calibrate.Calibration(0.25, seeds, samples, mean_reward=0.4, success_rate=0.4, pass_at_k=0.5,
+                                    degenerate_fraction=0.0, in_band={k: True for k in calibrate.BANDS})
+        return 0.25, [cal]
+
+    monkeypatch.setattr(calibrate, "tune", fake_tune)
+    monkeypatch.setattr(pipeline, "_policy", lambda model: object())
+    caps, out = tmp_path / "capabilities.json", tmp_path / "envs"
+    caps.write_text(json.dumps({"capabilities": [{"name": "no_redundant_calls", "selected": True}]}))
+
+    def synthesize(seeds: int, model: str = "tiny") -> dict:
+        summary = pipeline.synthesize_all(caps, "bfcl/simple", out, model=model, seeds=seeds, samples=2, rounds=2)
+        return summary["environments"]["no_redundant_calls"]
+
+    first = synthesize(3)
+    assert tuned == [("NoRedundantCallsEnv", 3)] and first["calibration_reused"] is False and first["valid"]
+    saved = json.loads((out / "no_redundant_calls.calibration.json").read_text())
+    assert saved["key"] == {"model": "tiny", "family": "trace_agents.synthesis.families.NoRedundantCallsEnv",
+                            "seeds": 3, "samples": 2, "rounds": 2}
+
+    again = synthesize(3)  # same key: read back, no rollouts
+    assert len(tuned) == 1 and again["calibration_reused"] is True and again["calibration"] == first["calibration"]
+    assert "difficulty: float = 0.25" in (out / "no_redundant_calls.py").read_text()
+
+    assert not synthesize(5)["calibration_reused"] and tuned[-1] == ("NoRedundantCallsEnv", 5)  # other seeds
+    assert not synthesize(5, model="other")["calibration_reused"] and len(tuned) == 3  # other model
+    (out / "no_redundant_calls.calibration.json").write_text("{truncated")  # a crash mid-write: recalibrate
+    assert not synthesize(5, model="other")["calibration_reused"] and len(tuned) == 4

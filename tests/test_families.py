@@ -7,8 +7,8 @@ import pytest
 from conftest import assistant, call
 
 from trace_agents.envs.base import Env
-from trace_agents.synthesis.families import FAMILIES, ParallelCallsEnv, make_family
-from trace_agents.synthesis.matching import same, type_ok
+from trace_agents.synthesis.families import FAMILIES, NoRedundantCallsEnv, ParallelCallsEnv, make_family
+from trace_agents.synthesis.matching import call_key, repeated_calls, same, type_ok
 from trace_agents.types import FunctionCall, Message, ToolCall
 
 CAPS = sorted(FAMILIES)
@@ -42,7 +42,7 @@ def test_registry_and_names():
 
     assert set(FAMILIES) <= set(PROBES)
     assert {"function_selection", "argument_value_grounding", "argument_schema_adherence", "request_detail_coverage",
-            "parallel_call_completeness", "tool_call_format"} == set(FAMILIES)
+            "parallel_call_completeness", "tool_call_format", "no_redundant_calls"} == set(FAMILIES)
     for cap, cls in FAMILIES.items():
         env = make_family(cap, 0.3)
         assert isinstance(env, cls) and isinstance(env, Env)
@@ -125,7 +125,8 @@ def test_other_failure_kinds(cap):
     offered = [t["function"]["name"] for t in env.tools]
 
     v = run(env, 5, [*ref, ref[0]])  # a redundant extra call
-    assert not v.success and v.details["failure"] == "extra_call" and 0 < v.reward < 1
+    repeat = "redundant_call" if cap == "no_redundant_calls" else "extra_call"
+    assert not v.success and v.details["failure"] == repeat and 0 < v.reward < 1
 
     v = run(env, 5, [(name, {**args, "invented_param": 1}), *rest])
     assert v.details["failure"] == "extra_param" and v.details["failure_params"] == ["invented_param"]
@@ -181,7 +182,7 @@ def test_unrequested_optional_at_default_is_tolerated():
 def test_partial_credit_on_several_calls(cap):
     env = make_family(cap, 1.0)
     sizes = [(env.reset(s), len(env.reference()))[1] for s in range(100)]
-    if cap not in ("parallel_call_completeness", "tool_call_format"):
+    if cap not in ("parallel_call_completeness", "tool_call_format", "no_redundant_calls"):
         assert set(sizes) == {1}  # the other families isolate one call
         return
     seed = next(s for s, n in enumerate(sizes) if n >= 3)
@@ -217,6 +218,36 @@ def test_format_family_rewards_well_formed_calls():
     raise AssertionError("no single-call task with a string value")
 
 
+def test_redundant_family_fails_a_repeated_call():
+    env = NoRedundantCallsEnv(0.5)
+    for seed in range(40):
+        ref = (env.reset(seed), env.reference())[1]
+        assert run(env, seed, ref).success
+        name, args = ref[-1]
+        v = run(env, seed, [*ref, (name, args)])  # everything, one call twice
+        assert not v.success and v.reward == pytest.approx(1 - 0.5 / len(ref))
+        assert v.details["failure"] == "redundant_call" and v.details["repeated_calls"] == [name]
+        if len(ref) > 1:  # the repeat instead of another item: half the credit is gone, still a repeat
+            v = run(env, seed, [ref[0], ref[0], *ref[2:]])
+            assert v.details["failure"] == "redundant_call" and v.reward == pytest.approx(1 - 1 / len(ref))
+    assert repeated_calls([("f", {"a": 1, "b": 2}), ("f", {"b": 2, "a": 1}), ("f", None), ("f", None)]) == ["f"]
+
+
+@pytest.mark.parametrize("difficulty", [0.0, 1.0])
+def test_restated_requests_keep_one_call_each(difficulty):
+    env = NoRedundantCallsEnv(difficulty)
+    several = 0
+    for seed in range(200):
+        request = env.reset(seed)[0].content
+        keys = [call_key(n, a) for n, a in env.reference()]
+        assert len(set(keys)) == len(keys), (seed, env.reference())  # the reference never repeats a call
+        assert "once" in env.hint() and f"{len(keys)} call(s)" in env.hint()
+        several += len(keys) > 1
+        lures = sum(request.count(t.split("{c}")[0]) for t in (*env._CLEAR, *env._PLAIN))
+        assert lures >= (len(keys) if difficulty == 1 else 1), request  # at 1 every call is restated
+    assert (several > 100) == (difficulty == 1.0)
+
+
 def hard_strings(env) -> int:
     return sum(1 for _, a in env.reference() for x in json.dumps(a, ensure_ascii=False)
                if not x.isascii() or x == "\\") + sum(json.dumps(a).count('\\"') for _, a in env.reference())
@@ -230,6 +261,7 @@ MEASURES = {
     "request_detail_coverage": lambda env: len(env.reference()[0][1]),
     "parallel_call_completeness": lambda env: len(env.reference()),
     "tool_call_format": hard_strings,
+    "no_redundant_calls": lambda env: len(env.task.request),  # more and longer restatements
 }
 
 
@@ -260,6 +292,15 @@ def test_selection_distractors_get_closer_with_difficulty():
         return mean(shares)
 
     assert same_domain_share(1.0) > same_domain_share(0.0) + 0.3
+
+
+@pytest.mark.parametrize("cap", CAPS)
+def test_builtin_wrapper_module_validates(cap, tmp_path):
+    from trace_agents.synthesis.pipeline import write_builtin
+    from trace_agents.synthesis.validate import validate_module
+
+    report = validate_module(write_builtin(cap, tmp_path, 0.7), seeds=3, timeout=60)
+    assert report.ok, report.text()
 
 
 @pytest.fixture(scope="module")

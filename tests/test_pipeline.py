@@ -10,7 +10,8 @@ def _config(tmp_path, **training):
     cfg = {"run_dir": str(tmp_path / "run"), "model": "tiny-random", "target": "bfcl/multiple",
            "analysis": {"runs": 2, "rollout_limit": 4}, "synthesis": {"calibrate": False},
            "training": {"steps": 1, "group_size": 2, "groups_per_step": 1, **training},
-           "evaluation": {"max_new_tokens": 8}}
+           "compose": {"gate_steps": 2, "gate_trajectories": 2},
+           "evaluation": {"max_new_tokens": 8, "limit": 2}}
     path = tmp_path / "run.json"
     path.write_text(json.dumps(cfg))
     return load_config(path)
@@ -21,14 +22,18 @@ def test_stages_run_then_resume_skips_and_a_change_reruns_downstream(tmp_path):
     summary = run_pipeline(_config(tmp_path), log=logs.append)
     # every rollout of a random model fails, so lacking the format concentrates in failures
     assert summary["capabilities"] and summary["rollouts_per_system"] == 2 * len(summary["capabilities"])
-    assert all(m.endswith("running") for m in logs)
+    assert [m for m in logs if m.endswith("skipped")] == [] and len([m for m in logs if m.endswith("running")]) == 7
     stamps = {p.name: p.stat().st_mtime for p in (tmp_path / "run").iterdir()}
     logs.clear()
     run_pipeline(_config(tmp_path), log=logs.append)
-    assert all(m.endswith("skipped") for m in logs) and len(logs) == 5
+    assert len(logs) == 7 and all(m.endswith("skipped") for m in logs)
+    table = json.loads((tmp_path / "run" / "07_evaluation" / "table.json").read_text())
+    names = [r["system"] for r in table["systems"]]
+    assert names[:2] == ["base", "grpo"] and names[-2:] == ["composed", "task_router"]
+    assert all(r["n"] == 2 for r in table["systems"]) and set(table["p_values"]) >= {"composed_vs_base", "composed_vs_grpo"}
     logs.clear()
     run_pipeline(_config(tmp_path, steps=2), log=logs.append)
-    assert [m.split("]")[0][1:] for m in logs if m.endswith("running")] == ["adapters", "grpo_baseline"]
+    assert [m.split("]")[0][1:] for m in logs if m.endswith("running")] == ["adapters", "grpo_baseline", "compose", "evaluation"]
     assert (tmp_path / "run" / "01_base_rollouts").stat().st_mtime == stamps["01_base_rollouts"]
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
@@ -65,33 +66,57 @@ DtypeOpt = typer.Option("float32", "--dtype", help="float32 | bfloat16 | float16
 SeedOpt = typer.Option(0, "--seed", help="Sampling seed.")
 AdapterOpt = typer.Option(None, "--adapter", help="A LoRA adapter folder (PEFT) on top of --model.")
 ComposedOpt = typer.Option(None, "--composed", help="A composed-model folder (token-routed adapters) on top of --model.")
+RouterOpt = typer.Option("token", "--router", help="With --composed: token (trained gates, per token) | task (one adapter per episode).")
 
 
-def _run_rollouts(env, model, split, limit, samples, max_steps, max_new_tokens, temperature, batch_size, device, dtype, seed, partial: Path | None, adapter=None, composed=None):
+@dataclass
+class RolloutSpec:
+    """What `rollout` and `evaluate` run: an environment split, a policy and its decoding."""
+
+    env: str
+    model: str
+    split: str = "test"
+    limit: Optional[int] = None
+    samples: int = 1
+    max_steps: Optional[int] = None
+    max_new_tokens: int = 256
+    temperature: float = 0.0
+    batch_size: int = 16
+    device: Optional[str] = None
+    dtype: str = "float32"
+    seed: int = 0
+    adapter: Optional[str] = None
+    composed: Optional[str] = None
+    router: str = "token"
+
+
+def _run_rollouts(spec: RolloutSpec, partial: Path | None = None):
     from trace_agents.agent.policy import Sampling, make_policy
     from trace_agents.agent.rollout import rollout
     from trace_agents.envs.base import resolve_env
 
-    if split not in ("train", "test"):
-        raise UsageError(f"--split must be train or test, not {split!r}")
-    if dtype not in ("float32", "bfloat16", "float16"):
-        raise UsageError(f"--dtype must be float32, bfloat16 or float16, not {dtype!r}")
-    make_env = resolve_env(env)
+    if spec.split not in ("train", "test"):
+        raise UsageError(f"--split must be train or test, not {spec.split!r}")
+    if spec.dtype not in ("float32", "bfloat16", "float16"):
+        raise UsageError(f"--dtype must be float32, bfloat16 or float16, not {spec.dtype!r}")
+    if spec.router not in ("token", "task"):
+        raise UsageError(f"--router must be token or task, not {spec.router!r}")
+    make_env = resolve_env(spec.env)
     probe = make_env()
-    seeds = probe.seeds(split)
-    if limit is not None:
-        if limit < 1:
+    seeds = probe.seeds(spec.split)
+    if spec.limit is not None:
+        if spec.limit < 1:
             raise UsageError("--limit must be at least 1")
-        seeds = seeds[:limit]
-    if max_steps is None:
-        max_steps = 20 if getattr(probe, "multi_turn", True) else 1
-    with console.status(f"loading {model}"):
-        policy = make_policy(model, adapter=adapter, composed=composed, device=device, dtype=dtype, batch_size=batch_size)
-    sampling = Sampling(max_new_tokens=max_new_tokens, temperature=temperature, seed=seed)
+        seeds = seeds[: spec.limit]
+    max_steps = spec.max_steps or (20 if getattr(probe, "multi_turn", True) else 1)
+    with console.status(f"loading {spec.model}"):
+        policy = make_policy(spec.model, adapter=spec.adapter, composed=spec.composed, router=spec.router,
+                             device=spec.device, dtype=spec.dtype, batch_size=spec.batch_size)
+    sampling = Sampling(max_new_tokens=spec.max_new_tokens, temperature=spec.temperature, seed=spec.seed)
     sink = partial.open("w") if partial else None
     started = time.time()
     with _progress() as bar:
-        task = bar.add_task(f"{env} {split}", total=len(seeds) * samples)
+        task = bar.add_task(f"{spec.env} {spec.split}", total=len(seeds) * spec.samples)
 
         def done(traj):
             bar.advance(task)
@@ -99,10 +124,11 @@ def _run_rollouts(env, model, split, limit, samples, max_steps, max_new_tokens, 
                 sink.write(traj.model_dump_json(exclude_none=True) + "\n")
                 sink.flush()
 
-        trajs = rollout(make_env, policy, seeds, samples=samples, max_steps=max_steps, sampling=sampling, on_episode_done=done)
+        trajs = rollout(make_env, policy, seeds, samples=spec.samples, max_steps=max_steps, sampling=sampling,
+                        on_episode_done=done)
     if sink:
         sink.close()
-    return trajs, time.time() - started
+    return trajs, time.time() - started, policy
 
 
 @app.command("rollout")
@@ -112,14 +138,16 @@ def rollout_cmd(
     out: Path = typer.Option(..., "--out", help="Trajectories JSONL to write."),
     max_steps: Optional[int] = MaxStepsOpt, max_new_tokens: int = MaxNewOpt, temperature: float = TempOpt,
     batch_size: int = BatchOpt, device: Optional[str] = DeviceOpt, dtype: str = DtypeOpt, seed: int = SeedOpt,
-    adapter: Optional[str] = AdapterOpt, composed: Optional[str] = ComposedOpt,
+    adapter: Optional[str] = AdapterOpt, composed: Optional[str] = ComposedOpt, router: str = RouterOpt,
 ):
     """Run the agent on an environment and write its trajectories (JSONL)."""
     from trace_agents.types import write_jsonl
 
     partial = out.with_name(out.name + ".partial")
     out.parent.mkdir(parents=True, exist_ok=True)
-    trajs, secs = _run_rollouts(env, model, split, limit, samples, max_steps, max_new_tokens, temperature, batch_size, device, dtype, seed, partial, adapter, composed)
+    spec = RolloutSpec(env, model, split, limit, samples, max_steps, max_new_tokens, temperature, batch_size, device,
+                       dtype, seed, adapter, composed, router)
+    trajs, secs, _ = _run_rollouts(spec, partial)
     write_jsonl(out, trajs)
     partial.unlink(missing_ok=True)
     ok = sum(t.success for t in trajs)
@@ -134,25 +162,40 @@ def evaluate_cmd(
     trajectories: Optional[Path] = typer.Option(None, "--trajectories", help="Also write the trajectories here (JSONL)."),
     max_steps: Optional[int] = MaxStepsOpt, max_new_tokens: int = MaxNewOpt, temperature: float = TempOpt,
     batch_size: int = BatchOpt, device: Optional[str] = DeviceOpt, dtype: str = DtypeOpt, seed: int = SeedOpt,
-    adapter: Optional[str] = AdapterOpt, composed: Optional[str] = ComposedOpt,
+    adapter: Optional[str] = AdapterOpt, composed: Optional[str] = ComposedOpt, router: str = RouterOpt,
 ):
     """Score a model on held-out tasks: success rate with 95% interval, mean reward, mean tool calls."""
-    summary = evaluate_to(out, env, model, split, limit, samples, trajectories, max_steps, max_new_tokens, temperature, batch_size, device, dtype, seed, adapter, composed)
-    _print_summaries([summary])
+    spec = RolloutSpec(env, model, split, limit, samples, max_steps, max_new_tokens, temperature, batch_size, device,
+                       dtype, seed, adapter, composed, router)
+    _print_summaries([evaluate_to(out, spec, trajectories)])
 
 
-def evaluate_to(out, env, model, split, limit, samples=1, trajectories=None, max_steps=None, max_new_tokens=256, temperature=0.0, batch_size=16, device=None, dtype="float32", seed=0, adapter=None, composed=None) -> dict:
+def evaluate_to(out: Path, spec: RolloutSpec, trajectories: Path | None = None) -> dict:
     from trace_agents.evaluate import summarize
     from trace_agents.types import write_json, write_jsonl
 
-    trajs, secs = _run_rollouts(env, model, split, limit, samples, max_steps, max_new_tokens, temperature, batch_size, device, dtype, seed, None, adapter, composed)
-    summary = summarize(trajs, env=env, model=model, split=split)
-    summary.update(adapter=adapter, composed=composed)
+    trajs, secs, policy = _run_rollouts(spec)
+    summary = summarize(trajs, env=spec.env, model=spec.model, split=spec.split)
+    summary.update(adapter=spec.adapter, composed=spec.composed)
+    if spec.composed:
+        summary["router"] = spec.router
+        summary["routing"] = _routing(policy, trajs)
     summary["seconds"] = round(secs, 1)
     write_json(out, summary)
     if trajectories:
         write_jsonl(trajectories, trajs)
     return summary
+
+
+def _routing(policy, trajs) -> dict:
+    """Routing statistics for the evaluation output: the task router's share of episodes per adapter,
+    or the gates' share of tokens per expert and switches per trajectory (one more forward pass)."""
+    if hasattr(policy, "share"):
+        return {"episodes_share": policy.share()}
+    from trace_agents.compose import routing_stats
+
+    stats = routing_stats(policy.model, policy.tokenizer, trajs)
+    return {k: stats[k] for k in ("tokens", "share", "switches_per_trajectory")}
 
 
 def _print_summaries(summaries: list[dict]) -> None:
@@ -360,19 +403,79 @@ def train_cmd(
     console.print(f"adapter saved to {summary['adapter']} after {summary['steps']} steps; curves in {out / 'curves.png'}")
 
 
+@app.command("compose")
+def compose_cmd(
+    model: str = ModelOpt,
+    adapter: list[str] = typer.Option(..., "--adapter", help="NAME=DIR of a PEFT adapter (repeat; at most 9)."),
+    envs: Optional[Path] = typer.Option(None, "--envs", help="A `synthesize` output folder: each adapter NAME's environment module."),
+    env: list[str] = typer.Option([], "--env", help="NAME=MODULE of an adapter's environment (repeat; overrides --envs)."),
+    out: Path = typer.Option(..., "--out", help="Composed-model folder to write."),
+    router: str = typer.Option("block", "--router", help="Token gates: block (one per decoder block) | global."),
+    gate_steps: int = typer.Option(50, "--gate-steps", help="Gate warm-start steps (0: untrained gates)."),
+    gate_trajectories: int = typer.Option(32, "--gate-trajectories", help="Reference trajectories per environment for the gates and the task router."),
+    task_router: bool = typer.Option(True, "--task-router/--no-task-router", help="Also fit the task-level router (`--router task` in evaluate, the vLLM proxy)."),
+    top_p: float = typer.Option(0.5, "--top-p", help="Task router: adapters kept until their probabilities reach this mass."),
+    capabilities: Optional[Path] = typer.Option(None, "--capabilities", help="capabilities.json: definitions for the task router's prompt."),
+    device: Optional[str] = DeviceOpt, dtype: str = DtypeOpt,
+):
+    """Base + adapters as a token-routed mixture of LoRA experts with trained gates (stage 4)."""
+    from trace_agents.compose.build import build, definitions_from, envs_from_synthesis
+
+    if router not in ("block", "global"):
+        raise UsageError(f"--router must be block or global, not {router!r} (per-episode routing is `evaluate --router task`)")
+    adapters = {k: Path(v) for k, v in _pairs(adapter, "--adapter").items()}
+    modules = {**(envs_from_synthesis(envs) if envs else {}), **_pairs(env, "--env")}
+    try:
+        summary = build(model, adapters, modules, out, router=router, gate_steps=gate_steps,
+                        gate_trajectories=gate_trajectories, task_router=task_router, top_p=top_p,
+                        definitions=definitions_from(capabilities), device=device, dtype=dtype,
+                        log=lambda m: console.print(m))
+    except ValueError as e:
+        raise UsageError(str(e)) from None
+    gates, routed = summary.get("gates") or {}, summary.get("routing") or {}
+    console.print(f"composed model -> {out}; gate accuracy {gates.get('accuracy', float('nan')):.3f}, "
+                  f"held-out routing accuracy {routed.get('accuracy', float('nan')):.3f}, "
+                  f"task router accuracy {(summary.get('task_router') or {}).get('accuracy', float('nan')):.3f}")
+
+
+def _pairs(items: list[str], flag: str) -> dict[str, str]:
+    out = {}
+    for item in items:
+        name, sep, value = item.partition("=")
+        if not sep or not name or not value:
+            raise UsageError(f"{flag} {item!r}: write NAME=PATH")
+        out[name] = value
+    return out
+
+
 @app.command("run")
 def run_cmd(
     config: Path = typer.Option(..., "--config", help="Run config (YAML or JSON); see README."),
     resume: bool = typer.Option(True, "--resume/--no-resume", help="Skip stages whose inputs and config did not change."),
 ):
-    """The stages over one run folder: rollouts, analysis, synthesis, adapters, the GRPO baseline."""
+    """The whole pipeline over one run folder: base rollouts, analysis, synthesis, one adapter per
+    capability, the same-budget GRPO baseline, composition, and the evaluation table."""
     from trace_agents.pipeline import load_config, run_pipeline
 
     run_config = load_config(config)
     summary = run_pipeline(run_config, resume=resume, log=lambda m: console.print(m, soft_wrap=True))
     console.print(f"capabilities: {', '.join(summary['capabilities']) or 'none selected'}; "
                   f"run summary in {run_config.run_dir / 'run.json'}")
-    console.print("[yellow]composition, the evaluation table and the report are not built yet[/yellow]")
+    print_table(json.loads(Path(summary["evaluation"]).read_text()))
+
+
+def print_table(table: dict) -> None:
+    """The evaluation table of a run (pipeline.evaluate_systems' table.json) on stdout."""
+    out = Table(title=f"{table['target']} {table['split']}, {table['n_tasks']} tasks")
+    for col in ("system", "success", "95% CI", "reward", "tool calls", "rollouts", "eval s"):
+        out.add_column(col)
+    for r in table["systems"]:
+        out.add_row(r["system"], f"{100 * r['success_rate']:.1f}%", f"[{100 * r['ci'][0]:.1f}, {100 * r['ci'][1]:.1f}]",
+                    f"{r['mean_reward']:.3f}", f"{r['mean_tool_calls']:.2f}", str(r["rollouts_spent"]),
+                    f"{r['wall_seconds']:.0f}")
+    Console().print(out)
+    pv = ", ".join(f"{k.replace('_', ' ')} p={v:.3g}" for k, v in table["p_values"].items() if v is not None)
+    Console().print(f"paired bootstrap: {pv}")
 
 
 @app.command("serve")
@@ -432,9 +535,23 @@ def demo_cmd(
     for env in ("bfcl/simple_python", "bfcl/multiple"):
         for label, model in (("base", "smollm2-135m"), ("warmed", str(warmed))):
             path = out / "eval" / f"{env.split('/')[1]}_{label}.json"
-            summaries.append(evaluate_to(path, env, model, "test", limit, max_new_tokens=192, device=device))
+            spec = RolloutSpec(env, model, "test", limit, max_new_tokens=192, device=device)
+            summaries.append(evaluate_to(path, spec))
     _print_summaries(summaries)
     console.print(f"results in {out / 'eval'}")
+
+
+@app.command("report")
+def report_cmd(
+    run_dir: Path = typer.Argument(..., help="A pipeline run folder (it may be partial)."),
+    out: Optional[Path] = typer.Option(None, "--out", help="HTML file to write (default RUN_DIR/report.html)."),
+):
+    """One self-contained HTML page (plots inlined) summarising a run folder, stage by stage."""
+    from trace_agents.report import build_report
+
+    if not run_dir.is_dir():
+        raise UsageError(f"{run_dir}: no such run folder")
+    Console().print(str(build_report(run_dir, out)), soft_wrap=True)
 
 
 def main() -> None:

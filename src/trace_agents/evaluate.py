@@ -55,3 +55,42 @@ def summarize(trajectories: list[Trajectory], *, env: str, model: str, split: st
         "format_error_rate": sum(bool(t.info.get("format_errors")) for t in trajectories) / n if n else 0.0,
         "per_task": per_task,
     }
+
+
+def paired_bootstrap(a: list[float], b: list[float], resamples: int = 10_000, seed: int = 0) -> float:
+    """Two-sided p-value that systems A and B differ in mean score on the same tasks (a[i], b[i] are
+    their scores on task i). Paired bootstrap (Efron & Tibshirani 1993, §16.4; Koehn 2004): resample
+    tasks with replacement and count how often the resampled difference, centred on the observed one,
+    is at least as far from zero as the observed difference is."""
+    import numpy as np
+
+    if len(a) != len(b):
+        raise ValueError(f"paired scores need the same tasks: {len(a)} vs {len(b)}")
+    if not a:
+        return 1.0
+    d = np.asarray(a, dtype=float) - np.asarray(b, dtype=float)
+    observed = d.mean()
+    rng = np.random.default_rng(seed)
+    means = d[rng.integers(0, len(d), size=(resamples, len(d)))].mean(axis=1)
+    return float(((np.abs(means - observed) >= abs(observed) - 1e-12).sum() + 1) / (resamples + 1))
+
+
+def per_task_success(trajectories: list[Trajectory]) -> dict[str, float]:
+    """Task id -> success rate over its samples (the unit the paired bootstrap resamples)."""
+    by_task: dict[str, list[bool]] = defaultdict(list)
+    for t in trajectories:
+        by_task[t.task_id].append(t.success)
+    return {k: sum(v) / len(v) for k, v in by_task.items()}
+
+
+def compare(systems: dict[str, list[Trajectory]], pairs: list[tuple[str, str]]) -> dict[str, float | None]:
+    """p-values of `A_vs_B` for each (A, B) pair present, on the tasks both systems ran."""
+    out: dict[str, float | None] = {}
+    for a, b in pairs:
+        if a not in systems or b not in systems:
+            out[f"{a}_vs_{b}"] = None
+            continue
+        sa, sb = per_task_success(systems[a]), per_task_success(systems[b])
+        tasks = sorted(sa.keys() & sb.keys())
+        out[f"{a}_vs_{b}"] = paired_bootstrap([sa[t] for t in tasks], [sb[t] for t in tasks])
+    return out

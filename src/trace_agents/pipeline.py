@@ -56,13 +56,17 @@ class TrainingCfg(_Cfg):
 class ComposeCfg(_Cfg):
     router: Literal["block", "global"] = "block"
     gate_steps: int = Field(50, ge=0)
-    gate_trajectories: int = Field(32, ge=1, description="Trajectories per capability env for the gate warm start.")
+    gate_trajectories: int = Field(32, ge=1, description="Reference trajectories per capability env (gates, task router).")
+    task_router: bool = Field(True, description="Fit the task-level router too (evaluated as system task_router).")
+    top_p: float = Field(0.5, gt=0, le=1)
 
 
 class EvaluationCfg(_Cfg):
     split: Literal["test"] = "test"
-    limit: int | None = Field(None, ge=1)
+    limit: int | None = Field(None, ge=1, description="Held-out test tasks (all if null).")
     max_new_tokens: int = Field(192, ge=8)
+    single_adapters: bool = Field(True, description="Also evaluate each capability adapter alone.")
+    batch_size: int = Field(16, ge=1)
 
 
 class RunConfig(_Cfg):
@@ -119,11 +123,17 @@ class Stages:
             self.log(f"[{name}] up to date, skipped")
         else:
             tmp = folder.with_name(folder.name + ".tmp")
-            shutil.rmtree(tmp, ignore_errors=True)
-            tmp.mkdir(parents=True)
+            mark = tmp / ".fingerprint"
+            # An interrupted stage keeps its partial work (training checkpoints, finished evaluations)
+            # when resumed with the same inputs; anything else starts clean.
+            if not (self.resume and mark.exists() and mark.read_text() == fp):
+                shutil.rmtree(tmp, ignore_errors=True)
+                tmp.mkdir(parents=True)
+                mark.write_text(fp)
             started = time.time()
             self.log(f"[{name}] running")
             body(tmp)
+            mark.unlink()
             write_json(tmp / "stage.json", {"fingerprint": fp, "seconds": round(time.time() - started, 1)})
             shutil.rmtree(folder, ignore_errors=True)
             tmp.rename(folder)
@@ -188,11 +198,77 @@ def run_pipeline(config: RunConfig, resume: bool = True, log: Callable[[str], No
         _train(make_target, model, d / "grpo", t.model_copy(update={"steps": steps, "hint_fraction": 0.0}), max_steps)
 
     baseline_dir = stages.run("grpo_baseline", [config.training, spent, config.target], grpo_baseline)
+    adapter_dirs = {n: adapters_dir / n / "adapter" for n in envs}
+
+    def composition(d: Path) -> None:
+        from trace_agents.compose.build import build, definitions_from
+
+        c = config.compose
+        build(model, adapter_dirs, {n: str(p) for n, p in envs.items()}, d / "composed", router=c.router,
+              gate_steps=c.gate_steps, gate_trajectories=c.gate_trajectories, task_router=c.task_router,
+              top_p=c.top_p, definitions=definitions_from(analysis_dir / "capabilities.json"), log=log)
+
+    compose_dir = stages.run("compose", config.compose, composition)
+    systems = _systems(config, model, adapter_dirs, baseline_dir / "grpo" / "adapter", compose_dir / "composed", spent)
+    table = stages.run("evaluation", [config.evaluation, sorted(systems)],
+                       lambda d: evaluate_systems(systems, make_target, d, config.evaluation, max_steps, log))
     summary = {"model": model, "target": config.target, "capabilities": sorted(envs), "rollouts_per_system": spent,
-               "adapters": {n: str(adapters_dir / n / "adapter") for n in envs},
-               "grpo_baseline": str(baseline_dir / "grpo" / "adapter")}
+               "adapters": {n: str(p) for n, p in adapter_dirs.items()},
+               "grpo_baseline": str(baseline_dir / "grpo" / "adapter"), "composed": str(compose_dir / "composed"),
+               "evaluation": str(table / "table.json")}
     write_json(config.run_dir / "run.json", summary)
     return summary
+
+
+# ---- evaluation ----------------------------------------------------------------------------------
+def _systems(config: RunConfig, model: str, adapters: dict[str, Path], grpo: Path, composed: Path,
+             spent: int) -> dict[str, dict[str, Any]]:
+    """System name -> make_policy arguments and the training rollouts it cost."""
+    per_adapter = _rollouts_spent(config.training)
+    systems: dict[str, dict[str, Any]] = {"base": {"rollouts": 0}, "grpo": {"adapter": str(grpo), "rollouts": spent}}
+    if config.evaluation.single_adapters:
+        systems.update({f"adapter:{n}": {"adapter": str(p), "rollouts": per_adapter} for n, p in adapters.items()})
+    systems["composed"] = {"composed": str(composed), "router": "token", "rollouts": spent}
+    if config.compose.task_router:
+        systems["task_router"] = {"composed": str(composed), "router": "task", "rollouts": spent}
+    return {name: {"model": model, **s} for name, s in systems.items()}
+
+
+def evaluate_systems(systems: dict[str, dict[str, Any]], make_target, out: Path, cfg: EvaluationCfg, max_steps: int,
+                     log: Callable[[str], None] = print) -> dict:
+    """Every system on the same held-out tasks with the same greedy decoding: `<system>.jsonl` each
+    (kept on resume), then table.json with success + 95% CI, reward, tool calls, rollouts spent, wall
+    time, and paired-bootstrap p-values of composed vs base and vs GRPO."""
+    from trace_agents.agent.policy import Sampling, make_policy
+    from trace_agents.agent.rollout import rollout
+    from trace_agents.evaluate import compare, summarize
+
+    seeds = make_target().seeds(cfg.split)[: cfg.limit]
+    results, rows = {}, []
+    for name, s in systems.items():
+        path, meta = out / f"{_file(name)}.jsonl", out / f"{_file(name)}.json"
+        if not (path.exists() and meta.exists()):
+            log(f"[evaluation] {name} on {len(seeds)} tasks")
+            started = time.time()
+            policy = make_policy(s["model"], adapter=s.get("adapter"), composed=s.get("composed"),
+                                 router=s.get("router", "token"), batch_size=cfg.batch_size)
+            trajs = rollout(make_target, policy, seeds, max_steps=max_steps, sampling=Sampling(max_new_tokens=cfg.max_new_tokens))
+            write_jsonl(path, trajs)
+            write_json(meta, {"seconds": round(time.time() - started, 1), **s})
+        results[name] = read_jsonl(path)
+        stat = summarize(results[name], env=make_target().name, model=name, split=cfg.split)
+        rows.append({"system": name, "n": stat["n"], "success_rate": stat["success_rate"], "ci": stat["ci95"],
+                     "mean_reward": stat["mean_reward"], "mean_tool_calls": stat["mean_tool_calls"],
+                     "rollouts_spent": s["rollouts"], "wall_seconds": json.loads(meta.read_text())["seconds"]})
+    table = {"target": make_target().name, "split": cfg.split, "n_tasks": len(seeds), "systems": rows,
+             "p_values": compare(results, [("composed", "base"), ("composed", "grpo"), ("task_router", "base"),
+                                           ("task_router", "grpo")])}
+    write_json(out / "table.json", table)
+    return table
+
+
+def _file(system: str) -> str:
+    return system.replace(":", "_")
 
 
 def _valid_envs(synthesis_dir: Path, limit: int) -> dict[str, Path]:

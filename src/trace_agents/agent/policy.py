@@ -113,10 +113,10 @@ class TransformersPolicy:
         return replies
 
 
-def make_policy(model: str, *, adapter: str | None = None, composed: str | None = None, device: str | None = None,
-                dtype: str = "float32", batch_size: int = 16) -> Policy:
+def make_policy(model: str, *, adapter: str | None = None, composed: str | None = None, router: str = "token",
+                device: str | None = None, dtype: str = "float32", batch_size: int = 16) -> Policy:
     """A policy for the MODEL argument of the command line (DESIGN.md §9), optionally with one LoRA
-    adapter folder (PEFT) or a composed-model folder on top."""
+    adapter folder (PEFT) or a composed-model folder on top (`router`: token | task, see compose/)."""
     from trace_agents.models import ModelError, load_model
 
     if adapter and composed:
@@ -124,7 +124,8 @@ def make_policy(model: str, *, adapter: str | None = None, composed: str | None 
     if composed:
         from trace_agents.compose import load_composed_policy
 
-        return load_composed_policy(composed, model=model, device=device, dtype=dtype, batch_size=batch_size)
+        return load_composed_policy(composed, model=model, device=device, dtype=dtype, batch_size=batch_size,
+                                    router=router)
     if model.startswith("openai:"):
         if adapter:
             raise ModelError("--adapter needs a local model; a server loads adapters itself (see export-vllm)")

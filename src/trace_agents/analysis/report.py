@@ -4,10 +4,14 @@ a small markdown + PNG summary (Δ vs coverage with the δ/ρ lines, kept capabi
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from trace_agents.analysis.labels import write_run
 from trace_agents.analysis.select import format_table, select_folder
 from trace_agents.types import Trajectory, atomic_write_text
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
 
 
 def analyze(
@@ -61,6 +65,18 @@ def write_summary(selection: dict, trajectories: list[Trajectory], out: Path, an
 
 
 def plot(selection: dict, path: Path) -> None:
+    import matplotlib.pyplot as plt
+
+    fig = selection_figure(selection)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.stem + ".tmp.png")
+    fig.savefig(tmp)
+    plt.close(fig)
+    tmp.replace(path)
+
+
+def selection_figure(selection: dict) -> Figure:
+    """Δ vs coverage with the δ/ρ lines; selected capabilities in red."""
     import matplotlib
 
     matplotlib.use("Agg")  # files only, no display
@@ -77,13 +93,9 @@ def plot(selection: dict, path: Path) -> None:
     ax.set_xlabel("mean coverage (share of failures lacking it)")
     ax.set_ylabel("mean Δ = ER⁻ − ER⁺")
     ax.set_xlim(-0.02, 1.02)
-    ax.set_ylim(min(-0.1, *(c["mean_delta"] - 0.05 for c in selection["capabilities"])), 1.02)
+    ax.set_ylim(min([-0.1] + [c["mean_delta"] - 0.05 for c in selection["capabilities"]]), 1.02)
     ax.set_title("Capabilities: red = selected")
     ax.legend(loc="lower right")
     ax.grid(alpha=0.3)
     fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.stem + ".tmp.png")
-    fig.savefig(tmp)
-    plt.close(fig)
-    tmp.replace(path)
+    return fig

@@ -17,12 +17,15 @@ from trace_agents.compose.model import (
     save_composed,
 )
 from trace_agents.compose.moe import LoraExperts, Route, Router
+from trace_agents.compose.task_router import RouteFn, TaskRoutedPolicy, TaskRouter, fit_task_router, load_router, save_router
 
 
 def load_composed_policy(folder, *, model: str | None = None, device: str | None = None, dtype: str = "float32",
-                         batch_size: int = 16):
+                         batch_size: int = 16, router: str = "token"):
     """A rollout/serving policy over a composed-model folder. `model` (the CLI's --model) must name the
-    same base the folder was built on; the folder's own record wins and a mismatch is refused."""
+    same base the folder was built on; the folder's own record wins and a mismatch is refused.
+    `router`: "token" (the trained gates route every token) or "task" (the task router picks one
+    adapter per episode)."""
     import json
     from pathlib import Path
 
@@ -35,11 +38,33 @@ def load_composed_policy(folder, *, model: str | None = None, device: str | None
     base = json.loads(meta.read_text()).get("base_model")
     if model and base and model != base and Path(model).resolve() != Path(base).resolve():
         raise ModelError(f"--composed {folder} was built on {base!r}, not --model {model!r}")
+    if router not in ("token", "task"):
+        raise ModelError(f"--router {router!r}: choose token or task")
     composed, tok = load_composed(folder, device=device, dtype=dtype)
-    return TransformersPolicy(composed, tok, name=f"{base}+composed", batch_size=batch_size)
+    policy = TransformersPolicy(composed, tok, name=f"{base}+composed", batch_size=batch_size)
+    if router == "task":
+        try:
+            policy = TaskRoutedPolicy(policy, load_router(Path(folder)))
+        except ValueError as e:
+            raise ModelError(str(e)) from None
+    return policy
+
+
+def load_task_router(folder, device: str | None = None) -> RouteFn:
+    """(messages, tools) -> adapter name or None, for the vLLM routing proxy: the base model named in
+    the composed folder's record plus its fitted task router (no adapters are loaded)."""
+    import json
+    from pathlib import Path
+
+    from trace_agents.models import load_model
+
+    base = json.loads((Path(folder) / "composed.json").read_text())["base_model"]
+    router = load_router(Path(folder))
+    model, tok = load_model(base, device=device)
+    return RouteFn(router, model.eval(), tok)
 
 __all__ = [
     "NONE", "AdapterError", "ComposeConfig", "ComposedModel", "GateTrainConfig", "LoraAdapter", "LoraExperts", "Route",
-    "Router", "build_composed", "compose", "load_composed", "load_composed_policy", "read_adapter", "routing_stats",
-    "save_composed", "train_gates",
+    "RouteFn", "Router", "TaskRoutedPolicy", "TaskRouter", "build_composed", "fit_task_router", "compose", "load_composed", "load_composed_policy", "load_router", "load_task_router", "read_adapter", "routing_stats",
+    "save_composed", "save_router", "train_gates",
 ]

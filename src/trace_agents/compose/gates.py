@@ -14,6 +14,7 @@ Tokens route by the routers' own top-1 choices while training, as they will at i
 
 from __future__ import annotations
 
+import json
 import random
 import time
 from dataclasses import dataclass, replace
@@ -167,3 +168,37 @@ def routing_stats(model: ComposedModel, tokenizer, trajectories: Sequence[Trajec
     if labels is not None:
         out["accuracy"] = hits / max(n_tokens, 1)
     return out
+
+
+def reference_trajectory(make_env, seed: int) -> Trajectory:
+    """An episode that plays an environment's reference solution (`env.reference()`): one reply with
+    every call for single-turn tasks; for multi-turn ones (a list of calls per user turn) one call per
+    step, then a short closing reply that ends the turn. Gate warm starts label these tokens with the
+    environment's capability: no model runs, and the replies are the ones the adapter was trained to give."""
+    from trace_agents.types import FunctionCall, Message, ToolCall
+
+    env = make_env()
+    messages = list(env.reset(seed))
+    reference = env.reference()
+    multi_turn = bool(reference) and isinstance(reference[0], list)
+    n_calls = 0
+
+    def say(calls: list) -> list[Message]:
+        nonlocal n_calls
+        tool_calls = [ToolCall(id=f"ref_{n_calls + i}", function=FunctionCall(name=name, arguments=json.dumps(args)))
+                      for i, (name, args) in enumerate(calls)]
+        n_calls += len(calls)
+        reply = Message(role="assistant", content="" if calls else "Done.", tool_calls=tool_calls or None)
+        return [reply, *env.step(reply).messages]
+
+    if not multi_turn:
+        messages += say(reference)
+    else:
+        for calls in reference:
+            for call in calls:
+                messages += say([call])
+            messages += say([])  # no call ends the turn; the env answers with the next user turn
+    verdict = env.verdict()
+    return Trajectory(id=f"{env.name}:{env.task_id}:reference", env=env.name, task_id=env.task_id, seed=seed,
+                      messages=messages, tools=env.tools, reward=verdict.reward, success=verdict.success,
+                      tool_calls=n_calls, info={"reference": True})

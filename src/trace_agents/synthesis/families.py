@@ -30,7 +30,8 @@ from typing import Any, Callable, ClassVar
 import trace_agents.warmup.data as data
 from trace_agents.agent.format import to_openai_tool
 from trace_agents.envs.base import Split, Step
-from trace_agents.synthesis.matching import EXTRA_CALL_PENALTY, Match, match_calls, parse_calls
+from trace_agents.synthesis.matching import (EXTRA_CALL_PENALTY, Match, call_key, match_calls, parse_calls,
+                                             repeated_calls)
 from trace_agents.types import Message, Verdict
 from trace_agents.warmup.data import CATALOG, Func, Param
 
@@ -125,6 +126,9 @@ class SingleTurnFamily:
         self.functions: list[dict] = []
         self._task: Task | None = None
         self._calls: list = []
+        # every call drawn for the current task: (function, values, value texts), so a wrapping
+        # family (NoRedundantCallsEnv) can ask for the same call again in other words
+        self.drawn: list[tuple[Func, dict, dict]] = []
 
     def seeds(self, split: Split) -> list[int]:
         if split not in ("train", "test"):
@@ -132,6 +136,7 @@ class SingleTurnFamily:
         return list(TRAIN_SEEDS if split == "train" else TEST_SEEDS)
 
     def reset(self, seed: int) -> list[Message]:
+        self.drawn = []
         self._task = self._build(random.Random(f"{self.capability}/{seed}"))
         self.task_id = f"{self.capability}_{seed}"
         self.functions = [f.schema() for f in self._task.functions]
@@ -198,6 +203,7 @@ class SingleTurnFamily:
             if len(strings) == len(set(strings)):
                 break
         template = rng.choice(f.commands if commands_only else f.asks)
+        self.drawn.append((f, values, texts))
         return values, data._render(f, template, values, texts, rng), texts
 
 
@@ -310,7 +316,8 @@ class ParallelCallsEnv(SingleTurnFamily):
         hint = (f"The request asks for {n} independent operations: reply with {n} tool calls in the same "
                 "message, one per item, and do not stop after the first.")
         if f.vary and rng.random() < 0.4:  # "... for Paris, Berlin and Rome"
-            arg_list, core = data._vary_request(f, n, rng)
+            arg_list, core, item_texts = data._vary_request(f, n, rng)
+            self.drawn += [(f, a, t) for a, t in zip(arg_list, item_texts)]
             return Task([f], [(f.name, a) for a in arg_list], data._wrap(core, rng), hint)
         offered = [f] if rng.random() < 0.5 else [f, *_distractors(f, 1, 0.75, rng)]
         targets = offered + [rng.choice(offered) for _ in range(n - len(offered))]
@@ -360,9 +367,57 @@ class ToolCallFormatEnv(SingleTurnFamily):
         return self.FORMAT_WEIGHT * fmt + (1 - self.FORMAT_WEIGHT) * m.reward()
 
 
-_MIXED = (FunctionSelectionEnv, ArgumentGroundingEnv, SchemaAdherenceEnv, RequestDetailEnv, ParallelCallsEnv)
+class NoRedundantCallsEnv(SingleTurnFamily):
+    """Trains `no_redundant_calls`: make each distinct call once, even when the request asks for it
+    again in other words ("...; to be clear, that's just one lookup for Paris") or mentions an item of
+    a list twice. BFCL expects exactly one call in `simple`/`multiple` and exactly one per item in
+    `parallel`, so a repeated identical call fails the task there however right its arguments are.
+    Tasks are the other families' kinds (one call, or several that may differ in one argument) with
+    some calls restated at the end of the request; the reference makes each distinct call once. The
+    reward is the argument match (a repeat is an extra call); a repeat is reported as failure
+    "redundant_call" and is never a success. Difficulty: share of the calls restated (25% -> 100%,
+    at least one), share of several-call tasks (20% -> 80%), restatements that no longer say it is
+    the same request, and up to half the time a third mention."""
 
-FAMILIES: dict[str, type[SingleTurnFamily]] = {c.capability: c for c in (*_MIXED, ToolCallFormatEnv)}
+    capability = "no_redundant_calls"
+    # a restatement asks for the same call again; the clear ones also say that it is the same one
+    _CLEAR = ("To be clear, that is just one request: {c}.", "In other words, {c} - once is enough.",
+              "Just to confirm, I need you to {c}, a single time.", "To repeat, {c}; same request, not a new one.")
+    _PLAIN = ("Like I mentioned, {c}.", "As I said, {c}.", "Don't forget to {c}.", "Remember, {c}.")
+
+    def _build(self, rng: random.Random) -> Task:
+        d = self.difficulty
+        several = rng.random() < 0.2 + 0.6 * d  # more items: the restated ones hide among them
+        sub = (ParallelCallsEnv if several else rng.choice(_SINGLE))(difficulty=0.3)
+        task = sub._build(rng)
+        drawn = {call_key(f.name, v): (f, v, t) for f, v, t in sub.drawn}
+        items = [drawn[call_key(n, a)] for n, a in task.calls]
+        again = [x for x in items if rng.random() < 0.25 + 0.75 * d] or [rng.choice(items)]
+        if rng.random() < d / 2:  # a third mention of the same call: a stronger pull to repeat it
+            again.append(again[0])
+        rng.shuffle(again)
+        said = [rng.choice(self._PLAIN if rng.random() < d else self._CLEAR)
+                .format(c=data._render(f, rng.choice(f.commands), values, texts, rng)) for f, values, texts in again]
+        sep = "\n" if "\n" in task.request else " "  # after a numbered list, not inside its last item
+        hint = (f"The request asks for some operations more than once: make each distinct call once, "
+                f"{len(task.calls)} call(s) in all, never the same function with the same arguments twice.")
+        return replace(task, request=task.request + sep + sep.join(said), hint=hint)
+
+    def verdict(self) -> Verdict:
+        v = super().verdict()
+        repeated = repeated_calls(self._calls)
+        v.details["repeated_calls"] = repeated
+        if repeated:  # the capability's own failure first, whatever else went wrong
+            v.details.update(failure="redundant_call", failure_params=repeated)
+            v.success = False
+        return v
+
+
+_SINGLE = (FunctionSelectionEnv, ArgumentGroundingEnv, SchemaAdherenceEnv, RequestDetailEnv)
+_MIXED = (*_SINGLE, ParallelCallsEnv)
+
+FAMILIES: dict[str, type[SingleTurnFamily]] = {c.capability: c for c in (*_MIXED, ToolCallFormatEnv,
+                                                                          NoRedundantCallsEnv)}
 
 
 def make_family(capability: str, difficulty: float = 0.5) -> SingleTurnFamily:

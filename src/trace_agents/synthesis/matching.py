@@ -17,12 +17,14 @@ reference call matched and no extra call.
 `details["failure"]` is the most basic thing that went wrong, in the vocabulary of the analysis probes:
 no_tool_call, bad_arguments (not a JSON object), wrong_function (a different or invented function),
 missing_param, extra_param (invented, or an unrequested optional off its default), wrong_type,
-wrong_value, missing_call, extra_call. `failure_params` names the parameters (param kinds) or the
+wrong_value, missing_call, extra_call. `repeated_calls` names the functions called twice with identical
+arguments (what the `no_redundant_calls` probe looks for). `failure_params` names the parameters (param kinds) or the
 functions (call kinds) concerned.
 """
 
 from __future__ import annotations
 
+import json
 import math
 from dataclasses import dataclass, field
 from typing import Any
@@ -49,6 +51,24 @@ def parse_calls(message: Message, offered: list[str]) -> list[Call]:
             args = None
         out.append((_canonical(c.function.name, offered), args))
     return out
+
+
+def call_key(name: str, args: dict | None) -> tuple[str, str]:
+    """Identity of a call: two calls with equal keys are the same call made twice."""
+    return name, json.dumps(args, sort_keys=True)
+
+
+def repeated_calls(calls: list[Call]) -> list[str]:
+    """Functions called more than once with identical (decoded) arguments, each named once."""
+    seen: set[tuple[str, str]] = set()
+    repeated = []
+    for name, args in calls:
+        if args is not None:  # undecodable arguments are bad_arguments, not a repeat
+            key = call_key(name, args)
+            if key in seen:
+                repeated.append(name)
+            seen.add(key)
+    return list(dict.fromkeys(repeated))
 
 
 def _canonical(name: str, offered: list[str]) -> str:

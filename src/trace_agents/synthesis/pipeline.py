@@ -1,12 +1,17 @@
 """`trace-agents synthesize`: one environment module per selected capability, validated, and (given a
 model) calibrated. Built-in families are written as small wrapper modules pinned to the calibrated
-difficulty; capabilities without one go to the LLM synthesiser when an endpoint is given."""
+difficulty; capabilities without one go to the LLM synthesiser when an endpoint is given.
+
+Calibration (minutes of rollouts per family) is reused: `<cap>.calibration.json` records its key (model,
+seeds, samples, rounds, family class), and a rerun with the same key reads it instead of rolling again,
+so an interrupted or extended run only calibrates what is missing or changed."""
 
 from __future__ import annotations
 
 import json
+from functools import cache
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from trace_agents.synthesis import builtin_families
 from trace_agents.types import DataError, atomic_write_text, write_json
@@ -52,7 +57,7 @@ def synthesize_all(capabilities: Path, target: str, out: Path, *, llm: str | Non
 
     out.mkdir(parents=True, exist_ok=True)
     families = builtin_families()
-    policy = None
+    load_policy = cache(lambda: _policy(model))  # loaded once, and only if some family needs rollouts
     summary: dict[str, Any] = {"target": target, "environments": {}}
     for cap in selected_capabilities(capabilities):
         name = cap["name"]
@@ -60,12 +65,10 @@ def synthesize_all(capabilities: Path, target: str, out: Path, *, llm: str | Non
         if name in families:
             difficulty = 0.5
             if model:
-                from trace_agents.synthesis.calibrate import report, tune
-
-                policy = policy or _policy(model)
-                difficulty, history = tune(families[name], policy, rounds=rounds, seeds=seeds, samples=samples)
-                calibration = report(history, difficulty)
-                write_json(out / f"{name}.calibration.json", calibration)
+                key = calibration_key(families[name], model, seeds=seeds, samples=samples, rounds=rounds)
+                calibration, entry["calibration_reused"] = _calibrate(out / f"{name}.calibration.json", key,
+                                                                      families[name], load_policy)
+                difficulty = calibration["difficulty"]
                 entry["calibration"] = calibration["result"]
             path = write_builtin(name, out, difficulty)
         elif llm:
@@ -81,6 +84,36 @@ def synthesize_all(capabilities: Path, target: str, out: Path, *, llm: str | Non
         summary["environments"][name] = entry
     write_json(out / "synthesis.json", summary)
     return summary
+
+
+def calibration_key(cls: type, model: str, *, seeds: int, samples: int, rounds: int) -> dict[str, Any]:
+    """What a calibration depends on: a saved one is reused only when all of it is equal."""
+    return {"model": model, "family": f"{cls.__module__}.{cls.__qualname__}", "seeds": seeds,
+            "samples": samples, "rounds": rounds}
+
+
+def _calibrate(path: Path, key: dict[str, Any], cls: type, load_policy: Callable[[], Any]) -> tuple[dict, bool]:
+    """(calibration report, reused?): the one saved at `path` if its key matches, else a fresh `tune`,
+    saved with its key."""
+    saved = _saved_calibration(path)
+    if saved is not None and saved.get("key") == key:
+        return saved, True
+    from trace_agents.synthesis.calibrate import report, tune
+
+    difficulty, history = tune(cls, load_policy(), rounds=key["rounds"], seeds=key["seeds"], samples=key["samples"])
+    calibration = {"key": key, **report(history, difficulty)}
+    write_json(path, calibration)
+    return calibration, False
+
+
+def _saved_calibration(path: Path) -> dict | None:
+    """A calibration report written earlier, or None (missing, unreadable or not a report: recalibrate)."""
+    try:
+        saved = json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError):
+        return None
+    usable = isinstance(saved, dict) and isinstance(saved.get("difficulty"), (int, float)) and "result" in saved
+    return saved if usable else None
 
 
 def _policy(model: str):

@@ -1288,8 +1288,9 @@ def _request(f: Func, rng: random.Random, commands_only: bool = False) -> tuple[
     return values, _render(f, template, values, texts, rng)
 
 
-def _vary_request(f: Func, n: int, rng: random.Random) -> tuple[list[dict], str]:
-    """n calls to `f` that differ only in `f.vary`, asked for in one sentence with a list."""
+def _vary_request(f: Func, n: int, rng: random.Random) -> tuple[list[dict], str, list[dict]]:
+    """n calls to `f` that differ only in `f.vary`, asked for in one sentence with a list; also each
+    call's value texts (so a single item can be asked for again on its own)."""
     param = next(p for p in f.params if p.name == f.vary)
     values, texts = _sample_values(f, rng)
     seen, options = set(), []
@@ -1301,9 +1302,9 @@ def _vary_request(f: Func, n: int, rng: random.Random) -> tuple[list[dict], str]
             options.append((value, text))
         if len(options) == n:
             break
-    texts = {**texts, f.vary: _and([t for _, t in options], rng)}
-    core = _render(f, rng.choice(f.commands), values, texts, rng)
-    return [{**values, f.vary: v} for v, _ in options], core
+    listed = {**texts, f.vary: _and([t for _, t in options], rng)}
+    core = _render(f, rng.choice(f.commands), values, listed, rng)
+    return [{**values, f.vary: v} for v, _ in options], core, [{**texts, f.vary: t} for _, t in options]
 
 
 def _join_commands(cores: list[str], rng: random.Random) -> str:
@@ -1366,7 +1367,7 @@ def _parallel(rng: random.Random) -> tuple[list[Func], list[tuple[str, dict]], s
     n = rng.randint(2, 4)
     if rng.random() < 0.6:  # one function
         if f.vary and rng.random() < 0.65:
-            arg_list, core = _vary_request(f, n, rng)
+            arg_list, core, _ = _vary_request(f, n, rng)
             return [f], [(f.name, a) for a in arg_list], _wrap(core, rng)
         targets = [f] * n
         offered = [f]
