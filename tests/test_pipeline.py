@@ -43,3 +43,50 @@ def test_bad_config_names_the_key(tmp_path):
     with pytest.raises(DataError) as e:
         load_config(path)
     assert "training.reward" in str(e.value) and "verifier" in str(e.value) and "training.stepz" in str(e.value)
+
+
+def _files(run):
+    return sorted(str(p.relative_to(run)) for p in run.rglob("*") if p.is_file() and "checkpoints" not in p.parts
+                  and p.name != "report.html")
+
+
+def test_killed_mid_stage_resumes_without_redoing_finished_work(tmp_path):
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    config = _config(tmp_path)
+    run = config.run_dir
+    proc = subprocess.Popen([sys.executable, "-m", "trace_agents.cli", "run", "--config", str(tmp_path / "run.json")],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    marker = run / "07_evaluation.tmp" / "base.jsonl"
+    deadline = time.time() + 300
+    while not marker.exists() and proc.poll() is None and time.time() < deadline:
+        time.sleep(0.02)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    assert marker.exists() and not (run / "07_evaluation").exists(), "the run was not killed inside the evaluation stage"
+    stamps = {p.name: (p / "stage.json").stat().st_mtime for p in run.iterdir() if (p / "stage.json").exists()}
+    assert len(stamps) == 6
+
+    logs = []
+    run_pipeline(config, resume=True, log=logs.append)
+    assert [m for m in logs if m.endswith("running")] == ["[evaluation] running"]
+    assert not any(m.startswith("[evaluation] base on") for m in logs)  # the finished system is kept
+    assert all((run / name / "stage.json").stat().st_mtime == t for name, t in stamps.items())
+
+    (tmp_path / "fresh").mkdir()
+    fresh = _config(tmp_path / "fresh")
+    run_pipeline(fresh, log=lambda m: None)
+    assert _files(run) == _files(fresh.run_dir)
+
+
+def test_demo_budgets_are_valid_configs(tmp_path):
+    from trace_agents.pipeline import BUDGETS, budget_config
+
+    for name in BUDGETS:
+        cfg = budget_config(name, tmp_path / name)
+        assert cfg.run_dir == tmp_path / name and cfg.warmup is not None
+    with pytest.raises(DataError, match="choose one of"):
+        budget_config("tpu", tmp_path)

@@ -515,30 +515,23 @@ def export_vllm_cmd(
 
 @app.command("demo")
 def demo_cmd(
-    out: Path = typer.Option(Path("runs/demo"), "--out", help="Run folder."),
-    limit: int = typer.Option(50, "--limit", help="Held-out BFCL tasks per category."),
-    steps: int = typer.Option(30, "--steps", help="Warm-up steps."),
-    device: Optional[str] = DeviceOpt,
+    out: Path = typer.Option(Path("runs/demo"), "--out", help="Run folder (resumed if it exists)."),
+    budget: str = typer.Option("cpu", "--budget", help="cpu (~30 min on 2 cores: every stage, tiny training) | gpu (a budget worth measuring)."),
 ):
-    """What exists so far, on the embedded defaults: warm up SmolLM2-135M on synthetic tool-call
-    tasks, then evaluate base and warmed models on held-out BFCL tasks."""
-    console.print(
-        "[bold]trace-agents demo[/bold]: the foundation only (warm-up + BFCL evaluation). "
-        "Analysis, synthesis, adapters and composition are not built yet."
-    )
-    warmed = out / "warmed"
-    if (warmed / "config.json").exists():
-        console.print(f"reusing warmed model {warmed}")
-    else:
-        run_warmup("smollm2-135m", warmed, steps, 4, 1e-4, 0, device)
-    summaries = []
-    for env in ("bfcl/simple_python", "bfcl/multiple"):
-        for label, model in (("base", "smollm2-135m"), ("warmed", str(warmed))):
-            path = out / "eval" / f"{env.split('/')[1]}_{label}.json"
-            spec = RolloutSpec(env, model, "test", limit, max_new_tokens=192, device=device)
-            summaries.append(evaluate_to(path, spec))
-    _print_summaries(summaries)
-    console.print(f"results in {out / 'eval'}")
+    """The whole TRACE pipeline on the embedded defaults: warm up SmolLM2-135M on synthetic tool-call
+    tasks, roll it out on BFCL `multiple` (train split), analyse with the rules analyst, build the
+    built-in environments, train one adapter per capability and the same-budget GRPO baseline, compose
+    them, evaluate every system on held-out BFCL tasks, and write the HTML report."""
+    from trace_agents.pipeline import budget_config, run_pipeline
+    from trace_agents.report import build_report
+
+    config = budget_config(budget, out)
+    console.print(f"[bold]trace-agents demo[/bold] (budget {budget}) -> {out}")
+    started = time.time()
+    summary = run_pipeline(config, resume=True, log=lambda m: console.print(f"{time.strftime('%H:%M:%S')} {m}", soft_wrap=True))
+    print_table(json.loads(Path(summary["evaluation"]).read_text()))
+    console.print(f"capabilities: {', '.join(summary['capabilities']) or 'none selected'}; "
+                  f"{time.time() - started:.0f}s; report: {build_report(out)}")
 
 
 @app.command("report")

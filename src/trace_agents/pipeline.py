@@ -40,8 +40,10 @@ class AnalysisCfg(_Cfg):
 class SynthesisCfg(_Cfg):
     llm: str | None = None
     calibrate: bool = True
-    seeds: int = Field(8, ge=1)
-    samples: int = Field(4, ge=2)
+    seeds: int = Field(8, ge=1, description="Calibration seeds per round.")
+    samples: int = Field(4, ge=2, description="Calibration samples per seed.")
+    rounds: int = Field(3, ge=1, description="Calibration bisection rounds at most.")
+    difficulty: float = Field(0.5, ge=0, le=1, description="Difficulty of built-in families when not calibrating.")
 
 
 class TrainingCfg(_Cfg):
@@ -79,6 +81,35 @@ class RunConfig(_Cfg):
     training: TrainingCfg = TrainingCfg()
     compose: ComposeCfg = ComposeCfg()
     evaluation: EvaluationCfg = EvaluationCfg()
+
+
+# `trace-agents demo --budget NAME`: the whole pipeline on the embedded model. "cpu" is sized to finish
+# within about 30 minutes on a 2-core machine (so every stage runs, but adapters get only a few GRPO
+# steps: it shows the pipeline, not the paper's gains); "gpu" is the same run at a budget worth measuring.
+BUDGETS: dict[str, dict[str, Any]] = {
+    "cpu": {
+        "model": "smollm2-135m", "target": "bfcl/multiple", "warmup": {"steps": 16},
+        "analysis": {"rollout_limit": 48, "max_capabilities": 2},
+        "synthesis": {"calibrate": False, "difficulty": 0.25},
+        "training": {"steps": 3, "group_size": 4, "groups_per_step": 2, "hint_fraction": 0.25},
+        "compose": {"gate_steps": 20, "gate_trajectories": 16},
+        "evaluation": {"limit": 40, "max_new_tokens": 128, "single_adapters": False},
+    },
+    "gpu": {
+        "model": "smollm2-135m", "target": "bfcl/multiple", "warmup": {"steps": 60},
+        "analysis": {"max_capabilities": 4},
+        "synthesis": {"calibrate": True, "seeds": 16, "samples": 8},
+        "training": {"preset": "paper", "steps": 200, "group_size": 16, "groups_per_step": 8, "hint_fraction": 0.25},
+        "compose": {"gate_steps": 200, "gate_trajectories": 64},
+        "evaluation": {"max_new_tokens": 192},
+    },
+}
+
+
+def budget_config(budget: str, run_dir: Path) -> RunConfig:
+    if budget not in BUDGETS:
+        raise DataError(f"unknown budget {budget!r}; choose one of {', '.join(BUDGETS)}")
+    return RunConfig.model_validate({**BUDGETS[budget], "run_dir": run_dir})
 
 
 def load_config(path: str | Path) -> RunConfig:
@@ -179,7 +210,8 @@ def run_pipeline(config: RunConfig, resume: bool = True, log: Callable[[str], No
 
         s = config.synthesis
         synthesize_all(analysis_dir / "capabilities.json", config.target, d, llm=s.llm,
-                       model=model if s.calibrate else None, seeds=s.seeds, samples=s.samples)
+                       model=model if s.calibrate else None, seeds=s.seeds, samples=s.samples, rounds=s.rounds,
+                       difficulty=s.difficulty)
 
     synthesis_dir = stages.run("synthesis", config.synthesis, synthesis)
     envs = _valid_envs(synthesis_dir, config.analysis.max_capabilities)

@@ -51,8 +51,10 @@ def selected_capabilities(path: Path) -> list[dict[str, Any]]:
 
 
 def synthesize_all(capabilities: Path, target: str, out: Path, *, llm: str | None = None, model: str | None = None,
-                   seeds: int = 8, samples: int = 4, rounds: int = 3, failed_examples: list[str] | None = None) -> dict:
-    """For every selected capability: module + `<cap>.validation.json` (+ `<cap>.calibration.json`)."""
+                   seeds: int = 8, samples: int = 4, rounds: int = 3, failed_examples: list[str] | None = None,
+                   difficulty: float = 0.5) -> dict:
+    """For every selected capability: module + `<cap>.validation.json` (+ `<cap>.calibration.json`).
+    Without a model to calibrate with, built-in families are pinned at `difficulty`."""
     from trace_agents.synthesis.validate import validate_module
 
     out.mkdir(parents=True, exist_ok=True)
@@ -63,14 +65,13 @@ def synthesize_all(capabilities: Path, target: str, out: Path, *, llm: str | Non
         name = cap["name"]
         entry: dict[str, Any] = {"source": "builtin" if name in families else ("llm" if llm else None)}
         if name in families:
-            difficulty = 0.5
             if model:
                 key = calibration_key(families[name], model, seeds=seeds, samples=samples, rounds=rounds)
                 calibration, entry["calibration_reused"] = _calibrate(out / f"{name}.calibration.json", key,
                                                                       families[name], load_policy)
-                difficulty = calibration["difficulty"]
+                pinned = calibration["difficulty"]
                 entry["calibration"] = calibration["result"]
-            path = write_builtin(name, out, difficulty)
+            path = write_builtin(name, out, pinned if model else difficulty)
         elif llm:
             path = _synthesize_llm(cap, target, out, llm, failed_examples or [])
         else:
