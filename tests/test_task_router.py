@@ -134,6 +134,14 @@ def test_cli_compose_then_evaluate_with_both_routers(adapters, tmp_path):
     route = load_task_router(out)
     env = resolve_env(ENVS["beta"])()
     assert route(env.reset(0), env.tools) in {"alpha", "beta", None}
+    # the vLLM proxy's loader: OpenAI-style dict messages, the adapters it may choose
+    from trace_agents.serve.vllm import ExportError, load_router
+
+    proxy_route = load_router(out)
+    assert proxy_route.router.names == ["alpha", "beta"]
+    assert proxy_route([{"role": "user", "content": "Weather in Oslo?"}], []) in {"alpha", "beta", None}
+    with pytest.raises(ExportError, match="task router"):
+        load_router(tmp_path)
 
 
 def test_cli_compose_bad_input_exits_2(adapters, tmp_path):

@@ -513,6 +513,25 @@ def export_vllm_cmd(
     Console().print(" ".join(result["argv"]) if "argv" in result else result)
 
 
+@app.command("proxy")
+def proxy_cmd(
+    upstream: str = typer.Option(..., "--upstream", help="The multi-LoRA server's base URL, e.g. http://127.0.0.1:8000/v1 (vllm_serve.sh)."),
+    composed: Path = typer.Option(..., "--composed", help="Composed-model folder holding the fitted task router."),
+    base_name: str = typer.Option(..., "--base-name", help="The upstream's name of the base model (vllm.json: served_model_name)."),
+    host: str = typer.Option("127.0.0.1", "--host"), port: int = typer.Option(8001, "--port"),
+    served_name: str = typer.Option("trace-routed", "--served-model-name", help="Model name clients send to be routed."),
+    device: Optional[str] = DeviceOpt,
+):
+    """Route each chat request to one adapter on a vLLM (multi-LoRA) server with the task-level router."""
+    from trace_agents.serve.vllm import ExportError, load_router, serve_proxy
+
+    try:
+        route = load_router(composed, device=device)
+    except ExportError as e:
+        raise UsageError(str(e)) from None
+    serve_proxy(upstream, route, route.router.names, base_name, host=host, port=port, served_name=served_name)
+
+
 @app.command("demo")
 def demo_cmd(
     out: Path = typer.Option(Path("runs/demo"), "--out", help="Run folder (resumed if it exists)."),

@@ -300,15 +300,15 @@ def create_proxy(upstream_url: str, router: Router, adapters: list[str], base_na
     return app
 
 
-def load_router(composed: str | Path) -> Router:
-    """The task-level router saved with a composed model, through
-    `trace_agents.compose.load_task_router(folder)`."""
+def load_router(composed: str | Path, device: str | None = None):
+    """The task-level router fitted with a composed model (`trace-agents compose`): a callable
+    (messages, tools) -> adapter name or None, with `.router.names` the adapters it can choose."""
+    from trace_agents.compose import load_task_router
+
     try:
-        from trace_agents.compose import load_task_router  # type: ignore[attr-defined]
-    except ImportError:
-        raise ExportError("the task-level router is not built yet: trace_agents.compose.load_task_router "
-                          "is missing") from None
-    return load_task_router(Path(composed))
+        return load_task_router(Path(composed), device=device)
+    except (OSError, ValueError, KeyError) as e:
+        raise ExportError(f"--composed {composed}: no usable task router ({e})") from None
 
 
 def serve_proxy(upstream_url: str, router: Router, adapters: list[str], base_name: str, *,
