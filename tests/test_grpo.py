@@ -98,6 +98,10 @@ def test_kill_9_then_resume_finishes_with_every_step_once(tmp_path):
     assert json.loads((out / "train.json").read_text())["steps"] == 8
     assert (out / "adapter" / "adapter_model.safetensors").exists() and (out / "curves.png").exists()
     assert sorted(p.name for p in (out / "checkpoints").iterdir()) == ["step_00007", "step_00008"]
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    events = EventAccumulator(str(out / "tensorboard")).Reload()
+    assert {s.step for s in events.Scalars("grpo/reward")} == set(range(1, 9))
 
 
 def test_bad_config_is_refused_with_field_names():

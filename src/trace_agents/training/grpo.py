@@ -308,6 +308,7 @@ def train(
     _truncate_metrics(metrics_path, step)
     write_json(out / "config.json", {"model": model_name, "env": make_env().name, **asdict(config)})
 
+    board = _tensorboard(out / "tensorboard")
     policy = TransformersPolicy(model, tok, name=f"{model_name}+lora", batch_size=config.group_size * config.groups_per_step)
     train_seeds = make_env().seeds("train")
     hint_samples = round(config.hint_fraction * config.group_size)
@@ -330,10 +331,14 @@ def train(
         record = _step_metrics(step, trajs, rewards, dropped, config, stats, time.time() - t0, efficiency)
         with metrics_path.open("a") as f:
             f.write(json.dumps(record) + "\n")
+        for key, value in record.items():
+            if isinstance(value, (int, float)) and key != "step":
+                board.add_scalar(f"grpo/{key}", value, step)
         if on_step:
             on_step(record)
         if step % config.save_every == 0 or step == config.steps:
             save_checkpoint(out / "checkpoints", model, optimizer, step, rng, efficiency)
+    board.close()
     final = latest_checkpoint(out / "checkpoints")
     if final is not None:  # the adapter of the last checkpoint is the result
         shutil.rmtree(out / "adapter", ignore_errors=True)
@@ -341,6 +346,14 @@ def train(
     summary = {"steps": step, "seconds_this_run": round(time.time() - started, 1), "adapter": str(out / "adapter")}
     write_json(out / "train.json", summary)
     return summary
+
+
+def _tensorboard(folder: Path):
+    """A TensorBoard writer for the per-step metrics (`tensorboard --logdir OUT/tensorboard`); the
+    JSONL stays the source of truth (resume truncates it; TensorBoard shows a rerun step twice)."""
+    from torch.utils.tensorboard import SummaryWriter
+
+    return SummaryWriter(str(folder))
 
 
 def _step_metrics(step, trajs, rewards, dropped, config, stats, seconds, efficiency) -> dict:
