@@ -11,15 +11,24 @@ def _config(tmp_path, **training):
            "analysis": {"runs": 2, "rollout_limit": 4}, "synthesis": {"calibrate": False},
            "training": {"steps": 1, "group_size": 2, "groups_per_step": 1, **training},
            "compose": {"gate_steps": 2, "gate_trajectories": 2},
-           "evaluation": {"max_new_tokens": 8, "limit": 2}}
+           "evaluation": {"max_new_tokens": 8, "limit": 2, "single_adapters": True}}
     path = tmp_path / "run.json"
     path.write_text(json.dumps(cfg))
     return load_config(path)
 
 
-def test_stages_run_then_resume_skips_and_a_change_reruns_downstream(tmp_path):
+@pytest.fixture(scope="module")
+def first_run(tmp_path_factory):
+    """One uninterrupted tiny run: (its folder's parent, logs, summary, file structure)."""
+    tmp_path = tmp_path_factory.mktemp("first")
     logs = []
     summary = run_pipeline(_config(tmp_path), log=logs.append)
+    return tmp_path, logs, summary, _files(tmp_path / "run")
+
+
+def test_stages_run_then_resume_skips_and_a_change_reruns_downstream(first_run):
+    tmp_path, logs, summary, _ = first_run
+    logs = list(logs)
     # every rollout of a random model fails, so lacking the format concentrates in failures
     assert summary["capabilities"] and summary["rollouts_per_system"] == 2 * len(summary["capabilities"])
     assert [m for m in logs if m.endswith("skipped")] == [] and len([m for m in logs if m.endswith("running")]) == 7
@@ -30,6 +39,7 @@ def test_stages_run_then_resume_skips_and_a_change_reruns_downstream(tmp_path):
     table = json.loads((tmp_path / "run" / "07_evaluation" / "table.json").read_text())
     names = [r["system"] for r in table["systems"]]
     assert names[:2] == ["base", "grpo"] and names[-2:] == ["composed", "task_router"]
+    assert {n.split(":")[1] for n in names[2:-2]} == set(summary["capabilities"])
     assert all(r["n"] == 2 for r in table["systems"]) and set(table["p_values"]) >= {"composed_vs_base", "composed_vs_grpo"}
     logs.clear()
     run_pipeline(_config(tmp_path, steps=2), log=logs.append)
@@ -46,11 +56,12 @@ def test_bad_config_names_the_key(tmp_path):
 
 
 def _files(run):
-    return sorted(str(p.relative_to(run)) for p in run.rglob("*") if p.is_file() and "checkpoints" not in p.parts
-                  and p.name != "report.html")
+    """Relative paths of a run's artifacts; TensorBoard event files are named by time and pid."""
+    return sorted({str(p.relative_to(run).parent / ("tfevents" if "tfevents" in p.name else p.name))
+                   for p in run.rglob("*") if p.is_file() and "checkpoints" not in p.parts})
 
 
-def test_killed_mid_stage_resumes_without_redoing_finished_work(tmp_path):
+def test_killed_mid_stage_resumes_without_redoing_finished_work(tmp_path, first_run):
     import signal
     import subprocess
     import sys
@@ -75,11 +86,7 @@ def test_killed_mid_stage_resumes_without_redoing_finished_work(tmp_path):
     assert [m for m in logs if m.endswith("running")] == ["[evaluation] running"]
     assert not any(m.startswith("[evaluation] base on") for m in logs)  # the finished system is kept
     assert all((run / name / "stage.json").stat().st_mtime == t for name, t in stamps.items())
-
-    (tmp_path / "fresh").mkdir()
-    fresh = _config(tmp_path / "fresh")
-    run_pipeline(fresh, log=lambda m: None)
-    assert _files(run) == _files(fresh.run_dir)
+    assert _files(run) == first_run[3]  # the same artifacts as an uninterrupted run
 
 
 def test_demo_budgets_are_valid_configs(tmp_path):
