@@ -91,7 +91,7 @@ BUDGETS: dict[str, dict[str, Any]] = {
         "model": "smollm2-135m", "target": "bfcl/multiple", "warmup": {"steps": 16},
         "analysis": {"rollout_limit": 48, "max_capabilities": 2},
         "synthesis": {"calibrate": False, "difficulty": 0.25},
-        "training": {"steps": 3, "group_size": 4, "groups_per_step": 2, "hint_fraction": 0.25},
+        "training": {"steps": 2, "group_size": 4, "groups_per_step": 2, "hint_fraction": 0.25},
         "compose": {"gate_steps": 20, "gate_trajectories": 16},
         "evaluation": {"limit": 40, "max_new_tokens": 128, "single_adapters": False},
     },
