@@ -429,7 +429,7 @@ def compose_cmd(
         summary = build(model, adapters, modules, out, router=router, gate_steps=gate_steps,
                         gate_trajectories=gate_trajectories, task_router=task_router, top_p=top_p,
                         definitions=definitions_from(capabilities), device=device, dtype=dtype,
-                        log=lambda m: console.print(m))
+                        log=lambda m: console.print(m, markup=False))
     except ValueError as e:
         raise UsageError(str(e)) from None
     gates, routed = summary.get("gates") or {}, summary.get("routing") or {}
@@ -458,7 +458,7 @@ def run_cmd(
     from trace_agents.pipeline import load_config, run_pipeline
 
     run_config = load_config(config)
-    summary = run_pipeline(run_config, resume=resume, log=lambda m: console.print(m, soft_wrap=True))
+    summary = run_pipeline(run_config, resume=resume, log=lambda m: console.print(m, soft_wrap=True, markup=False))
     console.print(f"capabilities: {', '.join(summary['capabilities']) or 'none selected'}; "
                   f"run summary in {run_config.run_dir / 'run.json'}")
     print_table(json.loads(Path(summary["evaluation"]).read_text()))
@@ -547,7 +547,7 @@ def demo_cmd(
     config = budget_config(budget, out)
     console.print(f"[bold]trace-agents demo[/bold] (budget {budget}) -> {out}")
     started = time.time()
-    summary = run_pipeline(config, resume=True, log=lambda m: console.print(f"{time.strftime('%H:%M:%S')} {m}", soft_wrap=True))
+    summary = run_pipeline(config, resume=True, log=lambda m: console.print(f"{time.strftime('%H:%M:%S')} {m}", soft_wrap=True, markup=False))
     print_table(json.loads(Path(summary["evaluation"]).read_text()))
     console.print(f"capabilities: {', '.join(summary['capabilities']) or 'none selected'}; "
                   f"{time.time() - started:.0f}s; report: {build_report(out)}")
