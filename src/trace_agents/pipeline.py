@@ -183,7 +183,8 @@ def run_pipeline(config: RunConfig, resume: bool = True, log: Callable[[str], No
     if config.warmup is not None:
         from trace_agents.warmup.sft import WarmupConfig, warmup
 
-        folder = stages.run("warmup", [model, config.warmup], lambda d: warmup(model, d / "model", WarmupConfig(steps=config.warmup.steps)))
+        folder = stages.run("warmup", [model, config.warmup], lambda d: warmup(model, d / "model", WarmupConfig(steps=config.warmup.steps),
+                                                       on_step=lambda i, loss: log(f"[warmup] step {i + 1}/{config.warmup.steps} loss {loss:.3f}")))
         model = str(folder / "model")
     make_target = resolve_env(config.target)
     single_turn = not getattr(make_target(), "multi_turn", True)
@@ -218,7 +219,7 @@ def run_pipeline(config: RunConfig, resume: bool = True, log: Callable[[str], No
 
     def adapters(d: Path) -> None:
         for name, module in envs.items():
-            _train(resolve_env(str(module)), model, d / name, config.training, max_steps=8)
+            _train(resolve_env(str(module)), model, d / name, config.training, 8, lambda m: log(f"[adapters] {name} {m}"))
 
     adapters_dir = stages.run("adapters", [config.training, sorted(envs)], adapters)
     spent = _rollouts_spent(config.training) * len(envs)
@@ -227,7 +228,8 @@ def run_pipeline(config: RunConfig, resume: bool = True, log: Callable[[str], No
         # Same total rollouts as TRACE spent over all its adapters, all on the target's train split.
         t = config.training
         steps = max(1, round(spent / (t.group_size * t.groups_per_step)))
-        _train(make_target, model, d / "grpo", t.model_copy(update={"steps": steps, "hint_fraction": 0.0}), max_steps)
+        _train(make_target, model, d / "grpo", t.model_copy(update={"steps": steps, "hint_fraction": 0.0}), max_steps,
+               lambda m: log(f"[grpo_baseline] {m}"))
 
     baseline_dir = stages.run("grpo_baseline", [config.training, spent, config.target], grpo_baseline)
     adapter_dirs = {n: adapters_dir / n / "adapter" for n in envs}
@@ -314,10 +316,11 @@ def _rollouts_spent(t: TrainingCfg) -> int:
     return t.steps * t.group_size * t.groups_per_step
 
 
-def _train(make_env, model: str, out: Path, t: TrainingCfg, max_steps: int) -> None:
+def _train(make_env, model: str, out: Path, t: TrainingCfg, max_steps: int, log: Callable[[str], None]) -> None:
     from trace_agents.training.grpo import PRESETS, GRPOConfig, train
 
     config = GRPOConfig(**{**PRESETS[t.preset], "steps": t.steps, "group_size": t.group_size,
                            "groups_per_step": t.groups_per_step, "reward": t.reward,
                            "hint_fraction": t.hint_fraction, "max_steps": max_steps})
-    train(make_env, model, out, config)
+    train(make_env, model, out, config, on_step=lambda m: log(
+        f"step {m['step']}/{config.steps} reward {m['reward']:.3f} success {m['success']:.2f} ({m['seconds']:.0f}s)"))
