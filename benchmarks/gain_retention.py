@@ -23,6 +23,8 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--composed", type=Path, required=True, help="A folder written by `trace-agents compose`.")
     ap.add_argument("--limit", type=int, default=100, help="Test seeds per environment.")
+    ap.add_argument("--env-limit", action="append", default=[], metavar="NAME=N",
+                    help="A different number of test seeds for one environment (repeatable).")
     ap.add_argument("--max-new-tokens", type=int, default=128)
     ap.add_argument("--out", type=Path, default=Path("runs/retention"))
     args = ap.parse_args()
@@ -37,15 +39,16 @@ def main() -> None:
                "composed": {"model": model, "composed": str(args.composed), "router": "token", "rollouts": None}}
     if (args.composed / "task_router.json").exists():
         systems["task_router"] = {"model": model, "composed": str(args.composed), "router": "task", "rollouts": None}
-    cfg = EvaluationCfg(limit=args.limit, max_new_tokens=args.max_new_tokens, batch_size=32)
+    limits = {k: int(v) for k, v in (item.split("=", 1) for item in args.env_limit)}
     started, matrix, retention = time.time(), {}, {}
     for name, module in envs.items():
         out = args.out / name
         out.mkdir(parents=True, exist_ok=True)
+        cfg = EvaluationCfg(limit=limits.get(name, args.limit), max_new_tokens=args.max_new_tokens, batch_size=32)
         table = evaluate_systems(systems, resolve_env(module), out, cfg, max_steps=8,
                                  log=lambda m: print(m, flush=True, file=sys.stderr))
         row = {r["system"]: {"success": r["success_rate"], "ci": r["ci"]} for r in table["systems"]}
-        matrix[name] = row
+        matrix[name] = {"tasks": table["n_tasks"], **row}
         own = row[f"adapter:{name}"]["success"] - row["base"]["success"]
         kept = row["composed"]["success"] - row["base"]["success"]
         retention[name] = round(kept / own, 3) if own > 0 else None
