@@ -30,7 +30,8 @@ def build(model: str, adapters: dict[str, Path], envs: dict[str, str], out: Path
         raise ValueError(f"no environment for adapter(s) {missing}: give --env NAME=MODULE for each adapter")
     composed, tok = build_composed(model, adapters, router=router, device=device, dtype=dtype)
     makers = {name: resolve_env(envs[name]) for name in adapters}
-    summary: dict[str, Any] = {"model": model, "adapters": {n: str(p) for n, p in adapters.items()}, "envs": envs}
+    summary: dict[str, Any] = {"model": model, "adapters": {n: str(p) for n, p in adapters.items()},
+                               "envs": {n: envs[n] for n in adapters}}
     held_out, labels = [], []
     if gate_steps:
         train = [(reference_trajectory(make, seed), name) for name, make in makers.items()
