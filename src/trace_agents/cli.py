@@ -304,13 +304,17 @@ def synthesize_cmd(
     model: Optional[str] = typer.Option(None, "--model", help="Base policy to calibrate difficulty with (skipped if omitted)."),
     seeds: int = typer.Option(8, "--seeds", help="Calibration seeds per round."),
     samples: int = typer.Option(4, "--samples", help="Calibration samples per seed."),
+    rounds: int = typer.Option(3, "--rounds", help="Calibration bisection rounds at most."),
 ):
-    """One validated (and calibrated) environment per selected capability (stage 2)."""
+    """One validated (and calibrated) environment per selected capability (stage 2); a rerun with the
+    same model, seeds, samples and rounds reuses the saved calibrations."""
     from trace_agents.synthesis.pipeline import synthesize_all
 
     if llm is not None and not llm.startswith("openai:"):
         raise UsageError("--llm must look like openai:NAME@BASE_URL")
-    summary = synthesize_all(capabilities, target, out, llm=llm, model=model, seeds=seeds, samples=samples)
+    if rounds < 1:
+        raise UsageError("--rounds must be at least 1")
+    summary = synthesize_all(capabilities, target, out, llm=llm, model=model, seeds=seeds, samples=samples, rounds=rounds)
     table = Table(title="environments")
     for col in ("capability", "source", "valid", "difficulty", "success", "mean reward", "degenerate", "in band"):
         table.add_column(col)
