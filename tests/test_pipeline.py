@@ -40,6 +40,9 @@ def test_stages_run_then_resume_skips_and_a_change_reruns_downstream(first_run):
     names = [r["system"] for r in table["systems"]]
     assert names[:2] == ["base", "grpo"] and names[-2:] == ["composed", "task_router"]
     assert {n.split(":")[1] for n in names[2:-2]} == set(summary["capabilities"])
+    routing = {r["system"]: r["routing"] for r in table["systems"]}
+    assert "switches_per_trajectory" in routing["composed"] and "episodes_share" in routing["task_router"]
+    assert routing["base"] is None
     assert all(r["n"] == 2 for r in table["systems"]) and set(table["p_values"]) >= {"composed_vs_base", "composed_vs_grpo"}
     logs.clear()
     run_pipeline(_config(tmp_path, steps=2), log=logs.append)

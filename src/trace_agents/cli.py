@@ -171,7 +171,7 @@ def evaluate_cmd(
 
 
 def evaluate_to(out: Path, spec: RolloutSpec, trajectories: Path | None = None) -> dict:
-    from trace_agents.evaluate import summarize
+    from trace_agents.evaluate import routing_summary, summarize
     from trace_agents.types import write_json, write_jsonl
 
     trajs, secs, policy = _run_rollouts(spec)
@@ -179,23 +179,12 @@ def evaluate_to(out: Path, spec: RolloutSpec, trajectories: Path | None = None) 
     summary.update(adapter=spec.adapter, composed=spec.composed)
     if spec.composed:
         summary["router"] = spec.router
-        summary["routing"] = _routing(policy, trajs)
+        summary["routing"] = routing_summary(policy, trajs)
     summary["seconds"] = round(secs, 1)
     write_json(out, summary)
     if trajectories:
         write_jsonl(trajectories, trajs)
     return summary
-
-
-def _routing(policy, trajs) -> dict:
-    """Routing statistics for the evaluation output: the task router's share of episodes per adapter,
-    or the gates' share of tokens per expert and switches per trajectory (one more forward pass)."""
-    if hasattr(policy, "share"):
-        return {"episodes_share": policy.share()}
-    from trace_agents.compose import routing_stats
-
-    stats = routing_stats(policy.model, policy.tokenizer, trajs)
-    return {k: stats[k] for k in ("tokens", "share", "switches_per_trajectory")}
 
 
 def _print_summaries(summaries: list[dict]) -> None:

@@ -94,3 +94,14 @@ def compare(systems: dict[str, list[Trajectory]], pairs: list[tuple[str, str]]) 
         tasks = sorted(sa.keys() & sb.keys())
         out[f"{a}_vs_{b}"] = paired_bootstrap([sa[t] for t in tasks], [sb[t] for t in tasks])
     return out
+
+
+def routing_summary(policy, trajectories: list[Trajectory]) -> dict[str, Any]:
+    """Routing statistics of a composed-model policy: the task router's share of episodes per adapter,
+    or the token gates' share of tokens per expert and switches per trajectory (one more forward)."""
+    if hasattr(policy, "share"):
+        return {"episodes_share": policy.share()}
+    from trace_agents.compose import routing_stats
+
+    stats = routing_stats(policy.model, policy.tokenizer, trajectories)
+    return {k: stats[k] for k in ("tokens", "share", "switches_per_trajectory")}

@@ -275,7 +275,7 @@ def evaluate_systems(systems: dict[str, dict[str, Any]], make_target, out: Path,
     time, and paired-bootstrap p-values of composed vs base and vs GRPO."""
     from trace_agents.agent.policy import Sampling, make_policy
     from trace_agents.agent.rollout import rollout
-    from trace_agents.evaluate import compare, summarize
+    from trace_agents.evaluate import compare, routing_summary, summarize
 
     seeds = make_target().seeds(cfg.split)[: cfg.limit]
     results, rows = {}, []
@@ -287,13 +287,15 @@ def evaluate_systems(systems: dict[str, dict[str, Any]], make_target, out: Path,
             policy = make_policy(s["model"], adapter=s.get("adapter"), composed=s.get("composed"),
                                  router=s.get("router", "token"), batch_size=cfg.batch_size)
             trajs = rollout(make_target, policy, seeds, max_steps=max_steps, sampling=Sampling(max_new_tokens=cfg.max_new_tokens))
+            seconds = round(time.time() - started, 1)
+            routing = routing_summary(policy, trajs) if s.get("composed") else None
             write_jsonl(path, trajs)
-            write_json(meta, {"seconds": round(time.time() - started, 1), **s})
-        results[name] = read_jsonl(path)
+            write_json(meta, {"seconds": seconds, **s, "routing": routing})
+        results[name], info = read_jsonl(path), json.loads(meta.read_text())
         stat = summarize(results[name], env=make_target().name, model=name, split=cfg.split)
         rows.append({"system": name, "n": stat["n"], "success_rate": stat["success_rate"], "ci": stat["ci95"],
                      "mean_reward": stat["mean_reward"], "mean_tool_calls": stat["mean_tool_calls"],
-                     "rollouts_spent": s["rollouts"], "wall_seconds": json.loads(meta.read_text())["seconds"]})
+                     "rollouts_spent": s["rollouts"], "wall_seconds": info["seconds"], "routing": info.get("routing")})
     table = {"target": make_target().name, "split": cfg.split, "n_tasks": len(seeds), "systems": rows,
              "p_values": compare(results, [("composed", "base"), ("composed", "grpo"), ("task_router", "base"),
                                            ("task_router", "grpo")])}
