@@ -108,7 +108,7 @@ def _run_rollouts(spec: RolloutSpec, partial: Path | None = None):
         if spec.limit < 1:
             raise UsageError("--limit must be at least 1")
         seeds = seeds[: spec.limit]
-    max_steps = spec.max_steps or (20 if getattr(probe, "multi_turn", True) else 1)
+    max_steps = spec.max_steps if spec.max_steps is not None else (20 if getattr(probe, "multi_turn", True) else 1)
     with console.status(f"loading {spec.model}"):
         policy = make_policy(spec.model, adapter=spec.adapter, composed=spec.composed, router=spec.router,
                              device=spec.device, dtype=spec.dtype, batch_size=spec.batch_size)

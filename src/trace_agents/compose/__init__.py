@@ -20,22 +20,31 @@ from trace_agents.compose.moe import LoraExperts, Route, Router
 from trace_agents.compose.task_router import RouteFn, TaskRoutedPolicy, TaskRouter, fit_task_router, load_router, save_router
 
 
+def _base_model(folder) -> str | None:
+    """The base model a composed folder was built on (its composed.json record)."""
+    import json
+    from pathlib import Path
+
+    from trace_agents.models import ModelError
+
+    meta = Path(folder) / "composed.json"
+    if not meta.exists():
+        raise ModelError(f"--composed {folder}: no composed.json there (write one with `trace-agents compose`)")
+    return json.loads(meta.read_text()).get("base_model")
+
+
 def load_composed_policy(folder, *, model: str | None = None, device: str | None = None, dtype: str = "float32",
                          batch_size: int = 16, router: str = "token"):
     """A rollout/serving policy over a composed-model folder. `model` (the CLI's --model) must name the
     same base the folder was built on; the folder's own record wins and a mismatch is refused.
     `router`: "token" (the trained gates route every token) or "task" (the task router picks one
     adapter per episode)."""
-    import json
     from pathlib import Path
 
     from trace_agents.agent.policy import TransformersPolicy
     from trace_agents.models import ModelError
 
-    meta = Path(folder) / "composed.json"
-    if not meta.exists():
-        raise ModelError(f"--composed {folder}: no composed.json there (write one with `trace-agents compose`)")
-    base = json.loads(meta.read_text()).get("base_model")
+    base = _base_model(folder)
     if model and base and model != base and Path(model).resolve() != Path(base).resolve():
         raise ModelError(f"--composed {folder} was built on {base!r}, not --model {model!r}")
     if router not in ("token", "task"):
@@ -53,12 +62,15 @@ def load_composed_policy(folder, *, model: str | None = None, device: str | None
 def load_task_router(folder, device: str | None = None) -> RouteFn:
     """(messages, tools) -> adapter name or None, for the vLLM routing proxy: the base model named in
     the composed folder's record plus its fitted task router (no adapters are loaded)."""
-    import json
     from pathlib import Path
 
     from trace_agents.models import load_model
 
-    base = json.loads((Path(folder) / "composed.json").read_text())["base_model"]
+    base = _base_model(folder)
+    if not base:
+        from trace_agents.models import ModelError
+
+        raise ModelError(f"{folder}/composed.json names no base_model")
     router = load_router(Path(folder))
     model, tok = load_model(base, device=device)
     return RouteFn(router, model.eval(), tok)

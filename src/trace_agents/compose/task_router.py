@@ -213,15 +213,12 @@ class TaskRoutedPolicy:
         self.chosen: dict[str, str] = {}
         """Routing key -> label of every episode seen (for routing statistics)."""
 
-    def _key(self, request) -> str:
-        chat = routing_prompt(request.messages, request.tools, self.router.definitions)
-        return json.dumps(chat, sort_keys=True)
-
     def act(self, requests, sampling):
-        keys = [self._key(r) for r in requests]
-        new = sorted({k for k in keys if k not in self.chosen})
+        chats = [routing_prompt(r.messages, r.tools, self.router.definitions) for r in requests]
+        keys = [json.dumps(c, sort_keys=True) for c in chats]
+        new = {k: c for k, c in zip(keys, chats) if k not in self.chosen}  # episodes not routed yet
         if new:
-            feats = features(self.inner.model, self.inner.tokenizer, [json.loads(k) for k in new])
+            feats = features(self.inner.model, self.inner.tokenizer, list(new.values()))
             with torch.no_grad():
                 probs = self.router(feats).softmax(-1)
             self.chosen.update({k: self.router.choose(p)[0] for k, p in zip(new, probs)})
