@@ -203,8 +203,8 @@ def test_gate_training_changes_only_router_weights(adapters, tok):
     assert all(not p.requires_grad for n, p in model.named_parameters() if not n.startswith("routers."))
     assert all(p.requires_grad for p in model.routers.parameters())
     before = {k: v.clone() for k, v in model.state_dict().items()}
-    metrics = train_gates(model, tok, synthetic(2, ["none", "alpha", "beta"]), steps=3, lr=1e-2, batch=4)
-    assert metrics["steps"] == 3 and len(metrics["history"]) == 3
+    metrics = train_gates(model, tok, synthetic(2, ["none", "alpha", "beta"]), steps=3, rounds=2, lr=1e-2, batch=4)
+    assert metrics["steps"] == 3 and len(metrics["history"]) == 6  # steps per round, 2 rounds
     after = model.state_dict()
     assert before.keys() == after.keys()
     changed = {k for k in before if not torch.equal(before[k], after[k])}
@@ -218,14 +218,50 @@ def test_gate_training_learns_separable_labels(adapters, tok):
     train, held_out = synthetic(6, names, seed=0), synthetic(2, names, seed=1)
     trajs, labels = [t for t, _ in held_out], [n for _, n in held_out]
     before = routing_stats(model, tok, trajs, labels)
-    metrics = train_gates(model, tok, train, steps=40, lr=3e-2, batch=10)
+    metrics = train_gates(model, tok, train, steps=100, lr=3e-2, batch=10)
     after = routing_stats(model, tok, trajs, labels)
     chance = 1 / len(names)
     assert before["accuracy"] <= chance + 0.05  # untrained: everything on "none"
     assert after["accuracy"] > 0.55 and metrics["accuracy"] > 0.55, (before, after)
+    assert after["reply_accuracy"] > 0.55 and metrics["tokens"] > 0
     assert set(after["share"]) == set(names) and abs(sum(after["share"].values()) - 1) < 1e-4
     assert set(after["share_per_router"]) == {"0", "1"}
     assert after["switches_per_trajectory"] > 0  # template tokens vs content tokens
+
+
+def test_encode_marks_exactly_the_assistant_reply(tok):
+    from trace_agents.compose.gates import encode
+
+    (traj, _), = synthetic(1, ["alpha"])
+    ids, reply = encode(tok, traj, max_tokens=10_000)
+    answer = tok.decode([t for t, r in zip(ids, reply) if r])
+    assert traj.messages[1].content in answer and traj.messages[0].content not in answer
+    assert len(answer) < len(traj.messages[1].content) + 40  # the reply and its end-of-turn marker, no prompt
+    assert encode(tok, traj, max_tokens=7)[0] == ids[:7] and len(encode(tok, traj, max_tokens=7)[1]) == 7
+
+
+def test_first_round_caches_features_of_each_label_expert_forced(adapters, tok):
+    """Round 1 features are the states a correct routing produces: every trajectory runs with its
+    own label's expert forced, even when a batch mixes labels."""
+    import random
+
+    from trace_agents.compose.gates import GateTrainConfig, _collect, _collate, _run_decoder, encode
+
+    model = composed(adapters)
+    pairs = synthetic(1, ["alpha", "beta"])
+    data = [(*encode(tok, t, 64), model.expert_names.index(n)) for t, n in pairs]
+    config = GateTrainConfig(batch=8, tokens_per_trajectory=10_000, max_tokens=64)
+    cache = _collect(model, data, config, tok.pad_token_id, random.Random(0), forced=True)
+    for i, (ids, _, slot) in enumerate(data):
+        model.force_expert(slot)
+        model.captured = {}
+        with torch.no_grad():
+            _run_decoder(model, *_collate([ids], tok.pad_token_id, "cpu"))
+        want = model.captured["1"][0].half()  # block 1 reads block 0's output: differs by expert
+        model.captured, _ = None, model.force_expert(None)
+        rows = cache["label"] == slot
+        assert torch.equal(cache["1"][rows], want)
+    assert model.forced_expert is None and model.captured is None
 
 
 def test_save_load_round_trip(adapters, batch, tmp_path):

@@ -57,8 +57,8 @@ class TrainingCfg(_Cfg):
 
 class ComposeCfg(_Cfg):
     router: Literal["block", "global"] = "block"
-    gate_steps: int = Field(50, ge=0)
-    gate_trajectories: int = Field(32, ge=1, description="Reference trajectories per capability env (gates, task router).")
+    gate_steps: int = Field(300, ge=0, description="Gate fit steps per round on cached router features (0: untrained gates).")
+    gate_trajectories: int = Field(64, ge=1, description="Reference trajectories per capability env (gates, task router).")
     task_router: bool = Field(True, description="Fit the task-level router too (evaluated as system task_router).")
     top_p: float = Field(0.5, gt=0, le=1)
 
@@ -92,7 +92,7 @@ BUDGETS: dict[str, dict[str, Any]] = {
         "analysis": {"rollout_limit": 48, "max_capabilities": 2},
         "synthesis": {"calibrate": False, "difficulty": 0.25},
         "training": {"steps": 2, "group_size": 4, "groups_per_step": 2, "hint_fraction": 0.25},
-        "compose": {"gate_steps": 20, "gate_trajectories": 16},
+        "compose": {"gate_steps": 200, "gate_trajectories": 16},
         "evaluation": {"limit": 40, "max_new_tokens": 128, "single_adapters": False},
     },
     "gpu": {
@@ -100,7 +100,7 @@ BUDGETS: dict[str, dict[str, Any]] = {
         "analysis": {"max_capabilities": 4},
         "synthesis": {"calibrate": True, "seeds": 16, "samples": 8},
         "training": {"preset": "paper", "steps": 200, "group_size": 16, "groups_per_step": 8, "hint_fraction": 0.25},
-        "compose": {"gate_steps": 200, "gate_trajectories": 64},
+        "compose": {"gate_steps": 300, "gate_trajectories": 128},
         "evaluation": {"max_new_tokens": 192},
     },
 }

@@ -32,7 +32,7 @@ import torch
 from torch import nn
 
 from trace_agents.compose.adapters import AdapterError, LoraAdapter, check_compatible, read_adapter
-from trace_agents.compose.moe import Kernel, LoraExperts, Route, Router
+from trace_agents.compose.moe import Kernel, LoraExperts, Route, Router, balance_loss
 from trace_agents.types import write_json
 
 NONE = "none"
@@ -96,6 +96,8 @@ class ComposedModel(nn.Module):
         self.routes = {k: Route(n_slots) for k in keys}
         self._forced: int | None = None
         self._mask: torch.Tensor | None = None  # (batch, total_len) bool from the last call's attention_mask
+        self.captured: dict[str, torch.Tensor] | None = None
+        """When a dict: every forward stores each router's input features there, (batch, seq, hidden)."""
 
         base_model.requires_grad_(False)
         self._inject(adapters, layers_name, len(layers))
@@ -144,6 +146,8 @@ class ComposedModel(nn.Module):
         batch, seq = hidden.shape[:2]
         mask = self._mask[:, -seq:] if self._mask is not None and self._mask.shape[0] == batch else None
         route = self.routes[key]
+        if self.captured is not None:  # gate fitting reads what each router sees (forced or not)
+            self.captured[key] = self.routers[key].features(hidden).detach()
         if self._forced is not None:
             route.force(self._forced, (batch, seq), mask, hidden.device)
             return
@@ -199,14 +203,9 @@ class ComposedModel(nn.Module):
         for route in self.routes.values():
             if route.logits is None:
                 continue
-            probs, ids = route.logits.softmax(-1), route.ids  # (batch, seq, E), (batch, seq)
-            if route.mask is not None:
-                probs, ids = probs[route.mask], ids[route.mask]
-            probs, ids = probs.reshape(-1, route.n_slots), ids.reshape(-1)
-            if ids.numel() == 0:
-                continue
-            f = torch.bincount(ids, minlength=route.n_slots).to(probs.dtype) / ids.numel()
-            losses.append(route.n_slots * (f * probs.mean(0)).sum())
+            logits = route.logits[route.mask] if route.mask is not None else route.logits.reshape(-1, route.n_slots)
+            if logits.shape[0]:
+                losses.append(balance_loss(logits))
         if not losses:
             return torch.zeros((), device=next(self.routers.parameters()).device)
         return torch.stack(losses).mean()

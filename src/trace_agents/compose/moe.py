@@ -42,9 +42,26 @@ class Router(nn.Module):
         nn.init.zeros_(self.proj.weight)
         nn.init.zeros_(self.proj.bias)
 
+    def features(self, hidden: torch.Tensor) -> torch.Tensor:
+        """The RMS-normalised float32 states the Linear reads, (..., hidden_size)."""
+        return F.rms_norm(hidden.float(), (hidden.shape[-1],), eps=self.eps)
+
     def forward(self, hidden: torch.Tensor) -> torch.Tensor:
-        h = F.rms_norm(hidden.float(), (hidden.shape[-1],), eps=self.eps)  # (batch, seq, hidden)
-        return F.linear(h, self.proj.weight.float(), self.proj.bias.float())  # (batch, seq, n_slots)
+        return self.score(self.features(hidden))  # (batch, seq, n_slots)
+
+    def score(self, features: torch.Tensor) -> torch.Tensor:
+        """Logits of already normalised features (gate fitting caches features, then calls this)."""
+        return F.linear(features.float(), self.proj.weight.float(), self.proj.bias.float())
+
+
+def balance_loss(logits: torch.Tensor) -> torch.Tensor:
+    """Switch Transformer load-balancing loss of (tokens, E) router logits: E · Σ_e f_e · P_e, with
+    f_e the share of tokens whose top-1 is e and P_e their mean probability of e (1 when balanced,
+    up to E when collapsed on one slot). Only P carries gradient, as in Switch."""
+    n_slots = logits.shape[-1]
+    probs = logits.softmax(-1)
+    f = torch.bincount(logits.argmax(-1), minlength=n_slots).to(probs.dtype) / max(logits.shape[0], 1)
+    return n_slots * (f * probs.mean(0)).sum()
 
 
 class Route:
