@@ -36,6 +36,12 @@ def test_bad_arguments_exit_2_with_a_fix(tmp_path):
     assert p.returncode == 2 and "--split" in p.stderr
     p = run("rollout", "--env", "bfcl/multiple")
     assert p.returncode == 2
+    train = ("train", "--env", "synthetic/lookup_then_act", "--model", "tiny-random", "--out", str(tmp_path / "t"))
+    p = run(*train, "--reward", "trace-efficiency", "--efficiency", "scope=galactic")
+    assert p.returncode == 2 and "scope" in p.stderr
+    p = run(*train, "--efficiency", "lam=0.1")
+    assert p.returncode == 2 and "--reward trace-efficiency" in p.stderr
+    assert not (tmp_path / "t").exists()  # refused before any work
 
 
 def test_analyze_rules_and_select(tmp_path):

@@ -148,4 +148,4 @@ def test_cli_compose_bad_input_exits_2(adapters, tmp_path):
     p = run("compose", "--model", "tiny-random", f"--adapter=alpha={adapters['alpha']}", "--out", str(tmp_path / "c"))
     assert p.returncode == 2 and "--env" in p.stderr
     p = run("compose", "--model", "tiny-random", "--adapter", "alpha", "--out", str(tmp_path / "c"))
-    assert p.returncode == 2 and "NAME=PATH" in p.stderr
+    assert p.returncode == 2 and "NAME=VALUE" in p.stderr

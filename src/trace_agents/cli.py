@@ -11,7 +11,7 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Optional
+from typing import Any, Optional
 
 import typer
 from rich.console import Console
@@ -355,6 +355,8 @@ def train_cmd(
     env: str = EnvOpt, model: str = ModelOpt,
     out: Path = typer.Option(..., "--out", help="Run folder: adapter/, checkpoints/, metrics.jsonl, curves.png."),
     reward: str = typer.Option("verifier", "--reward", help="verifier | trace-efficiency"),
+    efficiency: list[str] = typer.Option([], "--efficiency", help="KEY=VALUE of EfficiencyReward (repeat), e.g. scope=global lam=0.1 mode=per_call."),
+    epoch_steps: Optional[int] = typer.Option(None, "--epoch-steps", help="Steps per efficiency-reward epoch (threshold tightens after each)."),
     preset: str = typer.Option("cpu", "--preset", help="cpu (small LoRA, higher lr) | paper (r=16, lr 1e-5)"),
     steps: Optional[int] = typer.Option(None, "--steps", help="Optimizer steps."),
     group_size: Optional[int] = typer.Option(None, "--group-size", help="Rollouts per seed G."),
@@ -377,11 +379,18 @@ def train_cmd(
     overrides = {k: v for k, v in dict(
         steps=steps, group_size=group_size, groups_per_step=groups, lr=lr, max_steps=max_steps,
         max_new_tokens=max_new_tokens, hint_fraction=hint_fraction, save_every=save_every, seed=seed,
+        epoch_steps=epoch_steps,
     ).items() if v is not None}
     try:
-        config = GRPOConfig(**{**PRESETS[preset], **overrides, "reward": reward})
-    except ValueError as e:
-        raise UsageError(f"{e} (flags: --steps, --group-size, --groups, --lr, --hint-fraction, --save-every, --reward)") from None
+        config = GRPOConfig(**{**PRESETS[preset], **overrides, "reward": reward, "efficiency": _efficiency_args(efficiency)})
+        if config.reward == "trace-efficiency":
+            from trace_agents.training.rewards import EfficiencyReward
+
+            EfficiencyReward(**config.efficiency)  # a bad key or value fails here, not after the first rollouts
+        elif config.efficiency:
+            raise ValueError("--efficiency needs --reward trace-efficiency")
+    except (TypeError, ValueError) as e:
+        raise UsageError(f"{e} (flags: --steps, --group-size, --groups, --lr, --hint-fraction, --save-every, --reward, --efficiency)") from None
     make_env = resolve_env(env)
     with _progress() as bar:
         task = bar.add_task("GRPO", total=config.steps)
@@ -431,12 +440,23 @@ def compose_cmd(
                   f"task router accuracy {(summary.get('task_router') or {}).get('accuracy', float('nan')):.3f}")
 
 
+def _efficiency_args(items: list[str]) -> dict[str, Any]:
+    """--efficiency KEY=VALUE pairs; values are read as JSON (numbers, null) or else kept as text."""
+    out: dict[str, Any] = {}
+    for key, text in _pairs(items, "--efficiency").items():
+        try:
+            out[key] = json.loads(text)
+        except json.JSONDecodeError:
+            out[key] = text
+    return out
+
+
 def _pairs(items: list[str], flag: str) -> dict[str, str]:
     out = {}
     for item in items:
         name, sep, value = item.partition("=")
         if not sep or not name or not value:
-            raise UsageError(f"{flag} {item!r}: write NAME=PATH")
+            raise UsageError(f"{flag} {item!r}: write NAME=VALUE")
         out[name] = value
     return out
 

@@ -4,6 +4,7 @@
 def builtin_families() -> dict[str, type]:
     """Capability name -> built-in environment class (single-turn families and stateful ones)."""
     from trace_agents.synthesis.families import FAMILIES
+    from trace_agents.synthesis.lookup import LookupThenActEnv
     from trace_agents.synthesis.stateful import STATEFUL_FAMILIES
 
-    return {**FAMILIES, **STATEFUL_FAMILIES}
+    return {**FAMILIES, **STATEFUL_FAMILIES, LookupThenActEnv.capability: LookupThenActEnv}

@@ -1,0 +1,248 @@
+"""`lookup_then_act`: a light multi-step environment — look an id up, then act with it (stage 2).
+
+BFCL's multi-turn tasks are full of this pattern (`get_user_id` then `send_message`, `find` then
+`cat`): the request names a thing, the action needs its id, and only a tool result gives the id. So
+the agent must call, read the result, and call again. `synthesis/stateful.py` covers it on BFCL's own
+classes, whose long docs make one episode cost minutes on a CPU; this family keeps the same shape
+with short schemas (a lookup and one or two actions per domain), so multi-step GRPO runs fit here.
+
+What is scored: only the *action* calls (`match_calls` against the reference actions, order-free,
+BFCL tolerances). Lookups are free: repeating one, or looking up before every action, never fails a
+task. That is on purpose — it is where the verifier reward is blind and the TRACE efficiency reward
+(training/rewards.py) is not: both reach the same success, one with fewer calls.
+
+Episode: the agent's calls are executed in the order given; a lookup of a known name returns its id
+as JSON, anything unknown returns an error text; an action with a known id returns {"status": "ok"}.
+A reply without tool calls ends the episode, as does `max_steps` replies with calls.
+
+Difficulty (0..1): operations per task (1 at 0, up to 3 at 1), known records per lookup (3 -> 6),
+and 1 + round(2·d) unused domains offered.
+Seeds: train 0..99,999, test 1,000,000..1,000,999; a task is a pure function of (seed, difficulty).
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import random
+from dataclasses import dataclass
+from typing import Any
+
+from trace_agents.agent.format import to_openai_tool
+from trace_agents.envs.base import Split, Step
+from trace_agents.synthesis.matching import match_calls
+from trace_agents.types import Message, Verdict
+
+Call = tuple[str, dict[str, Any]]
+
+
+@dataclass(frozen=True)
+class Domain:
+    lookup: str  # function name
+    key: str  # the lookup's parameter (a name) ...
+    id_field: str  # ... and the id it returns
+    noun: str
+    names: tuple[str, ...]
+    id_prefix: str
+    actions: tuple[str, ...]
+
+
+_PEOPLE = ("Priya Shah", "Tom Becker", "Ana Lima", "Kenji Mori", "Sofia Rossi", "Omar Haddad", "Lena Vogel",
+           "Maya Cohen", "Ivan Petrov", "Grace Kim", "Liam Walsh", "Nora Berg")
+_PRODUCTS = ("blue desk lamp", "steel water bottle", "wireless mouse", "oak bookshelf", "green yoga mat",
+             "travel backpack", "ceramic teapot", "usb charger", "wool blanket", "glass vase", "office chair")
+_DOCS = ("budget plan", "team roadmap", "travel notes", "client proposal", "meeting minutes", "design review",
+         "sales report", "hiring plan", "release checklist", "research summary", "safety guide")
+_CITIES = ("Oslo", "Lisbon", "Vienna", "Madrid", "Prague", "Dublin", "Athens", "Warsaw", "Zurich", "Helsinki")
+DOMAINS = (
+    Domain("find_contact", "name", "contact_id", "contact", _PEOPLE, "C-", ("send_message", "schedule_call")),
+    Domain("search_products", "product_name", "sku", "product", _PRODUCTS, "SKU-", ("add_to_cart", "check_stock")),
+    Domain("find_document", "title", "doc_id", "document", _DOCS, "D-", ("share_document", "rename_document")),
+    Domain("find_city", "city", "city_code", "city", _CITIES, "L-", ("get_forecast", "book_hotel")),
+)
+_TEXTS = ("running ten minutes late", "the slides are ready", "see you at noon", "thanks for the update",
+          "please review the draft", "lunch is on me today")
+
+
+def _schema(name: str, description: str, params: dict[str, tuple[str, str]], required: list[str]) -> dict:
+    return {"name": name, "description": description,
+            "parameters": {"type": "dict", "required": required,
+                           "properties": {p: {"type": t, "description": d} for p, (t, d) in params.items()}}}
+
+
+def _schemas(d: Domain) -> list[dict]:
+    """BFCL-style function docs of a domain: its lookup, then its actions."""
+    idp = {d.id_field: ("string", f"The {d.noun} id returned by {d.lookup}.")}
+    docs = {
+        "send_message": ("Send a text message to a contact.", {**idp, "text": ("string", "The message text.")}, None),
+        "schedule_call": ("Schedule a call with a contact.", {**idp, "day": ("string", "Weekday of the call, e.g. 'Monday'."),
+                          "minutes": ("integer", "Length of the call in minutes.")}, None),
+        "add_to_cart": ("Add a product to the shopping cart.", {**idp, "quantity": ("integer", "How many items.")}, None),
+        "check_stock": ("Check whether a product is in stock at a store.", {**idp, "store": ("string", "Store city.")}, None),
+        "share_document": ("Share a document with someone by email.", {**idp, "email": ("string", "Recipient email address.")}, None),
+        "rename_document": ("Give a document a new title.", {**idp, "new_title": ("string", "The new title.")}, None),
+        "get_forecast": ("Weather forecast for a city.", {**idp, "days": ("integer", "Number of days ahead, 1-7.")}, None),
+        "book_hotel": ("Book a hotel room in a city.", {**idp, "nights": ("integer", "Number of nights."),
+                       "guests": ("integer", "Number of guests.")}, None),
+    }
+    out = [_schema(d.lookup, f"Look up a {d.noun} by its {d.key.replace('_', ' ')} and return its {d.id_field}.",
+                   {d.key: ("string", f"The {d.key.replace('_', ' ')} of the {d.noun}.")}, [d.key])]
+    for a in d.actions:
+        desc, params, _ = docs[a]
+        out.append(_schema(a, desc, params, list(params)))
+    return out
+
+
+def _operation(d: Domain, name: str, ident: str, rng: random.Random) -> tuple[Call, str]:
+    """(reference action call, request sentence) for one action on the record `name`."""
+    action = rng.choice(d.actions)
+    k = d.id_field
+    if action == "send_message":
+        text = rng.choice(_TEXTS)
+        return (action, {k: ident, "text": text}), f"send {name} the message '{text}'"
+    if action == "schedule_call":
+        day, minutes = rng.choice(("Monday", "Tuesday", "Friday")), rng.choice((15, 30, 45))
+        return (action, {k: ident, "day": day, "minutes": minutes}), f"schedule a {minutes}-minute call with {name} on {day}"
+    if action == "add_to_cart":
+        q = rng.randint(1, 5)
+        return (action, {k: ident, "quantity": q}), f"add {q} of the {name} to my cart"
+    if action == "check_stock":
+        store = rng.choice(_CITIES)
+        return (action, {k: ident, "store": store}), f"check if the {name} is in stock at the {store} store"
+    if action == "share_document":
+        email = f"{rng.choice(('sam', 'ria', 'ben', 'ada'))}@example.com"
+        return (action, {k: ident, "email": email}), f"share the '{name}' document with {email}"
+    if action == "rename_document":
+        new = f"{name} v{rng.randint(2, 9)}"
+        return (action, {k: ident, "new_title": new}), f"rename the '{name}' document to '{new}'"
+    if action == "get_forecast":
+        days = rng.randint(1, 7)
+        return (action, {k: ident, "days": days}), f"get the {days}-day forecast for {name}"
+    nights, guests = rng.randint(1, 6), rng.randint(1, 4)
+    return (action, {k: ident, "nights": nights, "guests": guests}), f"book a hotel in {name} for {nights} nights, {guests} guests"
+
+
+@dataclass
+class Task:
+    records: dict[str, dict[str, str]]  # lookup function -> {name (lowercase): id}
+    functions: list[dict]
+    request: str
+    lookups: list[Call]
+    actions: list[Call]
+
+
+def generate_task(seed: int, difficulty: float) -> Task:
+    rng = random.Random(f"lookup_then_act/{seed}")
+    n_ops = 1 + sum(rng.random() < difficulty for _ in range(2))
+    domains = rng.sample(DOMAINS, len(DOMAINS))
+    used = [rng.choice(domains[:2]) for _ in range(n_ops)]
+    records: dict[str, dict[str, str]] = {}
+    for d in domains:
+        names = rng.sample(d.names, 1 + round(3 * difficulty) + 2)
+        records[d.lookup] = {n.lower(): f"{d.id_prefix}{rng.randint(100, 9999)}" for n in names}
+    lookups, actions, asks, seen = [], [], [], set()
+    for d in used:
+        name = rng.choice([n for n in d.names if n.lower() in records[d.lookup] and (d.lookup, n) not in seen])
+        seen.add((d.lookup, name))
+        ident = records[d.lookup][name.lower()]
+        call, ask = _operation(d, name, ident, rng)
+        lookups.append((d.lookup, {d.key: name}))
+        actions.append(call)
+        asks.append(ask)
+    offered = list(dict.fromkeys(used)) + [d for d in domains if d not in used][: 1 + round(2 * difficulty)]
+    rng.shuffle(offered)
+    request = " and then ".join(asks)
+    request = request[0].upper() + request[1:] + "."
+    return Task(records, [f for d in offered for f in _schemas(d)], request, lookups, actions)
+
+
+class LookupThenActEnv:
+    """Trains `lookup_then_act`: call the lookup that turns a named thing into its id, read the
+    result, then call the action with that id (BFCL multi_turn's get_user_id -> send_message shape).
+    Only the actions are scored; lookups are free, so this is where the efficiency reward can cut
+    calls the verifier does not see."""
+
+    capability = "lookup_then_act"
+
+    def __init__(self, difficulty: float = 0.0, max_steps: int = 6):
+        if isinstance(difficulty, bool) or not 0.0 <= float(difficulty) <= 1.0:
+            raise ValueError(f"difficulty must be a number between 0 and 1, got {difficulty!r}")
+        if max_steps < 1:
+            raise ValueError("max_steps must be at least 1")
+        self.difficulty, self.max_steps = float(difficulty), max_steps
+        self.name = f"synthetic/{self.capability}"
+        self.task_id = ""
+        self.tools: list[dict[str, Any]] = []
+        self._task: Task | None = None
+
+    def seeds(self, split: Split) -> list[int]:
+        if split not in ("train", "test"):
+            raise ValueError(f"unknown split {split!r}: use train or test")
+        return list(range(0, 100_000) if split == "train" else range(1_000_000, 1_001_000))
+
+    def reset(self, seed: int) -> list[Message]:
+        self._task = generate_task(seed, self.difficulty)
+        self.task_id = f"{self.capability}_{seed}"
+        self.functions = self._task.functions
+        self.tools = [to_openai_tool(f) for f in self.functions]
+        self.actions: list[tuple[str, dict | None]] = []
+        self.steps, self.done = 0, False
+        return [Message(role="user", content=self._task.request)]
+
+    @property
+    def task(self) -> Task:
+        if self._task is None:
+            raise RuntimeError("LookupThenActEnv: call reset(seed) first")
+        return self._task
+
+    def reference(self) -> list[list[Call]]:
+        """One user turn: each lookup followed by its action."""
+        t = self.task
+        return [[c for pair in zip(t.lookups, t.actions) for c in copy.deepcopy(pair)]]
+
+    def hint(self) -> str:
+        steps = [f"{lk}({json.dumps(a)}) gives the id for {act}" for (lk, a), (act, _) in zip(self.task.lookups, self.task.actions)]
+        return "Look each id up before acting: " + "; ".join(steps) + ". Call the action with the id the lookup returned."
+
+    def _execute(self, name: str, args: dict | None) -> str:
+        offered = {f["name"] for f in self.functions}
+        if name not in offered:
+            return f"Error: function '{name}' is not available."
+        if args is None:
+            return "Error: arguments are not valid JSON."
+        if name in self.task.records:
+            records = self.task.records[name]
+            value = str(next(iter(args.values()), "")) if len(args) == 1 else ""
+            if value.lower() in records:
+                field = next(d.id_field for d in DOMAINS if d.lookup == name)
+                return json.dumps({field: records[value.lower()]})
+            return f"Error: no record matches {json.dumps(args)}."
+        self.actions.append((name, args))
+        known = {i for r in self.task.records.values() for i in r.values()}
+        return json.dumps({"status": "ok"}) if any(v in known for v in args.values()) else "Error: unknown id."
+
+    def step(self, message: Message) -> Step:
+        if self.done:
+            return Step(done=True)
+        calls = message.tool_calls or []
+        if not calls:
+            self.done = True
+            return Step(done=True)
+        results = []
+        for c in calls:
+            try:
+                args = c.function.parsed_arguments()
+            except ValueError:
+                args = None
+            results.append(Message(role="tool", tool_call_id=c.id, content=self._execute(c.function.name, args)))
+        self.steps += 1
+        self.done = self.steps >= self.max_steps
+        return Step(messages=results, done=self.done)
+
+    def verdict(self) -> Verdict:
+        scored = [(n, a) for n, a in self.actions if a is not None]
+        m = match_calls(scored, self.task.actions, self.functions)
+        details = {"failure": m.failure, "matched": m.matched, "n_reference": m.n_reference, "extra_calls": m.extra,
+                   "actions": [{"name": n, "arguments": a} for n, a in scored],
+                   "reference": [{"name": n, "arguments": a} for n, a in self.task.actions]}
+        return Verdict(reward=m.reward(), success=m.success, details=details)
