@@ -57,7 +57,7 @@ class TrainingCfg(_Cfg):
 
 class ComposeCfg(_Cfg):
     router: Literal["block", "global"] = "block"
-    gate_steps: int = Field(300, ge=0, description="Gate fit steps per round on cached router features (0: untrained gates).")
+    gate_steps: int = Field(150, ge=0, description="Gate fit steps per round on cached router features (0: untrained gates).")
     gate_trajectories: int = Field(64, ge=1, description="Reference trajectories per capability env (gates, task router).")
     task_router: bool = Field(True, description="Fit the task-level router too (evaluated as system task_router).")
     top_p: float = Field(0.5, gt=0, le=1)
@@ -92,7 +92,7 @@ BUDGETS: dict[str, dict[str, Any]] = {
         "analysis": {"rollout_limit": 48, "max_capabilities": 2},
         "synthesis": {"calibrate": False, "difficulty": 0.25},
         "training": {"steps": 2, "group_size": 4, "groups_per_step": 2, "hint_fraction": 0.25},
-        "compose": {"gate_steps": 200, "gate_trajectories": 16},
+        "compose": {"gate_steps": 100, "gate_trajectories": 16},
         "evaluation": {"limit": 40, "max_new_tokens": 128, "single_adapters": False},
     },
     "gpu": {

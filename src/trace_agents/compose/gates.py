@@ -39,7 +39,7 @@ ALIASES = {"base": NONE}
 
 @dataclass
 class GateTrainConfig:
-    steps: int = 300
+    steps: int = 150
     """Full-batch optimizer steps of each round's fit."""
     lr: float = 1e-2
     """AdamW learning rate of the router weights (zero-initialised linear probes over RMS-normalised
@@ -52,7 +52,7 @@ class GateTrainConfig:
     """Weight of the load-balancing loss (Switch Transformer: 0.01)."""
     max_tokens: int = 1024
     """Tokens kept per trajectory (its start)."""
-    tokens_per_trajectory: int = 128
+    tokens_per_trajectory: int = 64
     """Token positions whose features are cached per trajectory and round: every assistant-reply
     token first (what generation routes), then a random sample of the rest. Bounds memory."""
     weight_decay: float = 0.0
@@ -151,21 +151,24 @@ def _collect(model: ComposedModel, data: list[tuple[list[int], list[bool], int]]
 
 
 def _fit(model: ComposedModel, cache: dict[str, torch.Tensor], config: GateTrainConfig, history: list[dict]) -> None:
-    """Full-batch AdamW of every router on its cached features (one optimizer, mean loss over routers)."""
-    labels = cache["label"]
-    feats = {k: cache[k].float() for k in model.routers}
+    """Full-batch AdamW of every router on its cached features (one optimizer, mean loss over routers).
+    All routers are scored in one batched matmul: (routers, tokens, hidden) x (routers, hidden, E)."""
+    labels, routers = cache["label"], list(model.routers.values())
+    feats = torch.stack([cache[k].float() for k in model.routers])  # (R, tokens, hidden)
+    n_slots = len(model.expert_names)
     opt = torch.optim.AdamW(model.gate_parameters(), lr=config.lr, weight_decay=config.weight_decay)
     for _ in range(config.steps):
         with torch.enable_grad():
-            logits = {k: model.routers[k].score(x) for k, x in feats.items()}  # (tokens, E) each
-            ce = torch.stack([F.cross_entropy(lg, labels) for lg in logits.values()]).mean()
-            aux = torch.stack([balance_loss(lg) for lg in logits.values()]).mean()
+            weight = torch.stack([r.proj.weight.float() for r in routers])  # (R, E, hidden)
+            bias = torch.stack([r.proj.bias.float() for r in routers])  # (R, E)
+            logits = torch.baddbmm(bias[:, None, :], feats, weight.transpose(1, 2))  # (R, tokens, E)
+            ce = F.cross_entropy(logits.reshape(-1, n_slots), labels.repeat(len(routers)))
+            aux = balance_loss(logits)
             loss = ce + config.aux_coef * aux
         opt.zero_grad(set_to_none=True)
         loss.backward()
         opt.step()
-        votes = torch.stack([lg.argmax(-1) for lg in logits.values()])
-        acc = float((_majority(votes, len(model.expert_names)) == labels).float().mean())
+        acc = float((_majority(logits.detach().argmax(-1), n_slots) == labels).float().mean())
         history.append({"step": len(history) + 1, "loss": loss.item(), "ce": ce.item(), "aux": aux.item(), "accuracy": acc})
 
 

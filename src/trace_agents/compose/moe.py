@@ -55,13 +55,14 @@ class Router(nn.Module):
 
 
 def balance_loss(logits: torch.Tensor) -> torch.Tensor:
-    """Switch Transformer load-balancing loss of (tokens, E) router logits: E · Σ_e f_e · P_e, with
-    f_e the share of tokens whose top-1 is e and P_e their mean probability of e (1 when balanced,
-    up to E when collapsed on one slot). Only P carries gradient, as in Switch."""
+    """Switch Transformer load-balancing loss of (..., tokens, E) router logits: E · Σ_e f_e · P_e,
+    with f_e the share of tokens whose top-1 is e and P_e their mean probability of e (1 when
+    balanced, up to E when collapsed on one slot), averaged over leading (router) dims. Only P
+    carries gradient, as in Switch."""
     n_slots = logits.shape[-1]
     probs = logits.softmax(-1)
-    f = torch.bincount(logits.argmax(-1), minlength=n_slots).to(probs.dtype) / max(logits.shape[0], 1)
-    return n_slots * (f * probs.mean(0)).sum()
+    f = F.one_hot(logits.argmax(-1), n_slots).to(probs.dtype).mean(-2)
+    return (n_slots * (f * probs.mean(-2)).sum(-1)).mean()
 
 
 class Route:
