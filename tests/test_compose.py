@@ -143,7 +143,23 @@ def test_kernels_agree(adapters, batch):
 
 @pytest.mark.parametrize("forced", ["gamma", None])
 def test_generate_with_kv_cache_batched_left_padding(adapters, batch, tok, forced):
-    model = composed(adapters, seed=3)
+    check_cached_generation(composed(adapters, seed=3), batch, tok, forced)
+
+
+def test_causal_mean_routing_is_the_same_with_and_without_the_kv_cache(adapters, batch, tok):
+    """The running mean carries across decode steps exactly as a full forward computes it, and a
+    new generate starts afresh (the second call below would differ if the sums leaked)."""
+    model = composed(adapters, seed=3, decide="causal_mean")
+    check_cached_generation(model, batch, tok, None)
+    check_cached_generation(model, batch, tok, None)
+    per_token = composed(adapters, seed=3)
+    with torch.no_grad():
+        model(**batch), per_token(**batch)
+    switches = lambda m: int((m.routing()["1"][:, 1:] != m.routing()["1"][:, :-1]).sum())  # noqa: E731
+    assert switches(model) < switches(per_token)  # the mean settles; per-token choices flip
+
+
+def check_cached_generation(model, batch, tok, forced):
     model.force_expert(forced)
     gen = dict(max_new_tokens=5, do_sample=False, pad_token_id=tok.pad_token_id)
     with torch.no_grad():

@@ -16,7 +16,7 @@ from trace_agents.types import write_json
 
 
 def build(model: str, adapters: dict[str, Path], envs: dict[str, str], out: Path, *,
-          router: Literal["block", "global"] = "block", gate_steps: int = 150, gate_trajectories: int = 64,
+          router: Literal["block", "global"] = "block", decide: Literal["token", "causal_mean"] = "token", gate_steps: int = 150, gate_trajectories: int = 64,
           task_router: bool = True, top_p: float = 0.5, definitions: dict[str, str] | None = None,
           device: str | None = None, dtype: str = "float32", log=print) -> dict[str, Any]:
     """Write OUT/composed.json, gates.safetensors, gates.json, routing.json (+ the task router)."""
@@ -28,7 +28,10 @@ def build(model: str, adapters: dict[str, Path], envs: dict[str, str], out: Path
     missing = sorted(set(adapters) - set(envs))
     if missing:
         raise ValueError(f"no environment for adapter(s) {missing}: give --env NAME=MODULE for each adapter")
-    composed, tok = build_composed(model, adapters, router=router, device=device, dtype=dtype)
+    from trace_agents.compose.model import ComposeConfig
+
+    composed, tok = build_composed(model, adapters, device=device, dtype=dtype,
+                                   config=ComposeConfig(router=router, decide=decide))
     makers = {name: resolve_env(envs[name]) for name in adapters}
     summary: dict[str, Any] = {"model": model, "adapters": {n: str(p) for n, p in adapters.items()},
                                "envs": {n: envs[n] for n in adapters}}

@@ -54,14 +54,20 @@ class ComposeConfig:
     on CUDA, else "index"; see LoraExperts)."""
     gather_max_tokens: int = 64
     """With kernel "auto" on CUDA: calls with at most this many tokens use "gather" (decode steps)."""
+    decide: Literal["token", "causal_mean"] = "token"
+    """What a token's top-1 is taken over: "token" = its own router logits; "causal_mean" = the mean
+    of the router logits of every real token so far in its sequence (itself included), carried
+    across generate's decode steps. Still one expert per token and one forward pass; the running
+    mean turns per-token evidence into a stable per-sequence skill, so far fewer switches."""
 
     def __post_init__(self) -> None:
         checks = {"router": self.router in ("block", "global"), "gate_scale": self.gate_scale in ("straight-through", "prob"),
-                  "kernel": self.kernel in ("auto", "index", "gather"), "gather_max_tokens": self.gather_max_tokens >= 0}
+                  "kernel": self.kernel in ("auto", "index", "gather"), "gather_max_tokens": self.gather_max_tokens >= 0,
+                  "decide": self.decide in ("token", "causal_mean")}
         bad = [k for k, ok in checks.items() if not ok]
         if bad:
             raise ValueError(f"invalid compose config field(s) {', '.join(bad)}: router block|global, "
-                             "gate_scale straight-through|prob, kernel auto|index|gather")
+                             "gate_scale straight-through|prob, kernel auto|index|gather, decide token|causal_mean")
 
 
 def decoder_layers(model: nn.Module) -> tuple[str, nn.ModuleList]:
@@ -96,6 +102,7 @@ class ComposedModel(nn.Module):
         self.routes = {k: Route(n_slots) for k in keys}
         self._forced: int | None = None
         self._mask: torch.Tensor | None = None  # (batch, total_len) bool from the last call's attention_mask
+        self._running: dict[str, tuple[torch.Tensor, torch.Tensor]] = {}  # causal_mean: key -> (logit sums, counts)
         self.captured: dict[str, torch.Tensor] | None = None
         """When a dict: every forward stores each router's input features there, (batch, seq, hidden)."""
 
@@ -139,6 +146,21 @@ class ComposedModel(nn.Module):
     def _capture_mask(self, module, args, kwargs):
         mask = kwargs.get("attention_mask", args[1] if len(args) > 1 else None)
         self._mask = mask.bool() if isinstance(mask, torch.Tensor) and mask.dim() == 2 else None
+        cache = kwargs.get("past_key_values", kwargs.get("cache"))
+        if cache is None or cache.get_seq_length() == 0:  # a new sequence: forget the running means
+            self._running = {}
+
+    def _causal_mean(self, key: str, logits: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
+        """Mean of the logits of the real tokens up to each position, continuing the sums of the
+        previous calls of this sequence (decode steps). Padding adds nothing."""
+        real = (mask if mask is not None else torch.ones(logits.shape[:2], dtype=torch.bool, device=logits.device))
+        real = real[..., None].to(logits.dtype)  # (batch, seq, 1)
+        sums, counts = (logits * real).cumsum(1), real.cumsum(1)
+        if key in self._running:
+            past_sums, past_counts = self._running[key]
+            sums, counts = sums + past_sums[:, None], counts + past_counts[:, None]
+        self._running[key] = (sums[:, -1].detach(), counts[:, -1].detach())
+        return sums / counts.clamp(min=1)
 
     def _route(self, key: str, module, args, kwargs) -> None:
         """Forward pre-hook of a decoder block: decide the slot of each of this call's tokens."""
@@ -152,6 +174,8 @@ class ComposedModel(nn.Module):
             route.force(self._forced, (batch, seq), mask, hidden.device)
             return
         logits = self.routers[key](hidden)  # (batch, seq, E)
+        if self.compose_config.decide == "causal_mean":
+            logits = self._causal_mean(key, logits, mask)
         ids = logits.argmax(-1)  # (batch, seq): top-1
         gate = None
         if (self.training and torch.is_grad_enabled()) or self.compose_config.gate_scale == "prob":
@@ -303,7 +327,7 @@ def load_composed(folder: str | Path, device: str | None = None, dtype: str = "f
     adapters = {n: (p if Path(p).is_absolute() else folder / p) for n, p in meta["adapters"].items()}
     if meta.get("experts") and meta["experts"] != [NONE, *adapters]:
         raise ValueError(f"{path}: field 'experts' {meta['experts']} does not match 'adapters' {list(adapters)}")
-    config = ComposeConfig(**{k: meta[k] for k in ("router", "gate_scale", "kernel", "gather_max_tokens") if k in meta})
+    config = ComposeConfig(**{k: meta[k] for k in ("router", "gate_scale", "kernel", "gather_max_tokens", "decide") if k in meta})
     model, tok = build_composed(meta["base_model"], adapters, device=device, dtype=dtype, config=config)
     state = load_file(str(folder / GATES_FILE))
     try:
