@@ -5,6 +5,8 @@ JSON object with the ratio ours/TRL (target <= 1.0), also per generated token.
     python benchmarks/grpo_step.py                                   # tiny-random, P=2, G=4, 32 tokens
     python benchmarks/grpo_step.py --model smollm2-135m --max-new-tokens 64 --steps 2
 
+Needs TRL, which the project does not depend on: `.venv/bin/pip install -e '.[bench]'` first.
+
 What is held equal: model and dtype (fp32), LoRA (r, alpha, dropout 0, q/k/v/o/gate/up/down), AdamW
 (lr constant, weight decay 0, grad-norm clip 1.0), P prompts x G completions per optimizer step in
 micro-batches of the same size (TRL: per_device_train_batch_size = micro batch, gradient accumulation
@@ -32,6 +34,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import importlib.util
 import json
 import logging
 import os
@@ -258,6 +261,8 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=os.cpu_count() or 1)
     ap.add_argument("--seed", type=int, default=0)
     args = ap.parse_args()
+    if importlib.util.find_spec("trl") is None:
+        sys.exit("TRL is not installed: run `.venv/bin/pip install -e '.[bench]'` first")
     n = args.prompts * args.group_size
     if args.group_size < 2 or args.prompts < 1 or args.steps < 1 or args.warmup < 0:
         ap.error("--group-size must be >= 2, --prompts and --steps >= 1, --warmup >= 0")

@@ -413,7 +413,7 @@ def compose_cmd(
     env: list[str] = typer.Option([], "--env", help="NAME=MODULE of an adapter's environment (repeat; overrides --envs)."),
     out: Path = typer.Option(..., "--out", help="Composed-model folder to write."),
     router: str = typer.Option("block", "--router", help="Token gates: block (one per decoder block) | global."),
-    decide: str = typer.Option("token", "--decide", help="Top-1 over each token's own gate logits (token) or their running mean over the sequence (causal_mean)."),
+    decide: str = typer.Option("causal_mean", "--decide", help="Top-1 over each token's own gate logits (token) or their running mean over the sequence (causal_mean)."),
     gate_steps: int = typer.Option(150, "--gate-steps", help="Gate fit steps per round on cached features (0: untrained gates)."),
     gate_trajectories: int = typer.Option(64, "--gate-trajectories", help="Reference trajectories per environment for the gates and the task router."),
     task_router: bool = typer.Option(True, "--task-router/--no-task-router", help="Also fit the task-level router (`--router task` in evaluate, the vLLM proxy)."),

@@ -57,6 +57,7 @@ class TrainingCfg(_Cfg):
 
 class ComposeCfg(_Cfg):
     router: Literal["block", "global"] = "block"
+    decide: Literal["token", "causal_mean"] = Field("causal_mean", description="Top-1 over each token's gate logits or their running mean.")
     gate_steps: int = Field(150, ge=0, description="Gate fit steps per round on cached router features (0: untrained gates).")
     gate_trajectories: int = Field(64, ge=1, description="Reference trajectories per capability env (gates, task router).")
     task_router: bool = Field(True, description="Fit the task-level router too (evaluated as system task_router).")
@@ -238,7 +239,7 @@ def run_pipeline(config: RunConfig, resume: bool = True, log: Callable[[str], No
         from trace_agents.compose.build import build, definitions_from
 
         c = config.compose
-        build(model, adapter_dirs, {n: str(p) for n, p in envs.items()}, d / "composed", router=c.router,
+        build(model, adapter_dirs, {n: str(p) for n, p in envs.items()}, d / "composed", router=c.router, decide=c.decide,
               gate_steps=c.gate_steps, gate_trajectories=c.gate_trajectories, task_router=c.task_router,
               top_p=c.top_p, definitions=definitions_from(analysis_dir / "capabilities.json"), log=log)
 

@@ -16,7 +16,7 @@ from trace_agents.types import write_json
 
 
 def build(model: str, adapters: dict[str, Path], envs: dict[str, str], out: Path, *,
-          router: Literal["block", "global"] = "block", decide: Literal["token", "causal_mean"] = "token", gate_steps: int = 150, gate_trajectories: int = 64,
+          router: Literal["block", "global"] = "block", decide: Literal["token", "causal_mean"] = "causal_mean", gate_steps: int = 150, gate_trajectories: int = 64,
           task_router: bool = True, top_p: float = 0.5, definitions: dict[str, str] | None = None,
           device: str | None = None, dtype: str = "float32", log=print) -> dict[str, Any]:
     """Write OUT/composed.json, gates.safetensors, gates.json, routing.json (+ the task router)."""
