@@ -31,7 +31,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from trace_agents.compose import compose
+from trace_agents.compose import ComposeConfig, compose
 from trace_agents.models import load_model
 
 TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
@@ -105,6 +105,7 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--dtype", default="float32")
     ap.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's choice)")
+    ap.add_argument("--decide", default="causal_mean", choices=("token", "causal_mean"), help="top-1 per token or over the running mean")
     ap.add_argument("--no-gather", action="store_true", help="skip the prefill forward with the gather kernel (slow)")
     args = ap.parse_args()
     if args.threads:
@@ -120,11 +121,11 @@ def main() -> None:
 
     with tempfile.TemporaryDirectory() as tmp:
         adapters = make_adapters(base, Path(tmp), args.adapters, args.rank)
-        composed = compose(copy.deepcopy(base), adapters, base_model_name=args.model)
+        composed = compose(copy.deepcopy(base), adapters, base_model_name=args.model, config=ComposeConfig(decide=args.decide))
         torch.manual_seed(1)
         for router in composed.routers.values():  # untrained gates route everything to "none": randomise
             nn.init.normal_(router.proj.weight, std=1.0)
-        gathered = compose(copy.deepcopy(base), adapters, base_model_name=args.model)
+        gathered = compose(copy.deepcopy(base), adapters, base_model_name=args.model, config=ComposeConfig(decide=args.decide))
         gathered.routers.load_state_dict(composed.routers.state_dict())
         gathered.set_kernel("gather")
 
@@ -152,7 +153,7 @@ def main() -> None:
     vs_xlora = latency["composed"] / latency["xlora"] if "xlora" in latency else None
     print(json.dumps({
         "benchmark": "moe_forward", "model": args.model, "dtype": args.dtype, "batch": args.batch, "seq": args.seq,
-        "adapters": args.adapters, "rank": args.rank, "threads": torch.get_num_threads(), "cpus": os.cpu_count(),
+        "adapters": args.adapters, "rank": args.rank, "decide": args.decide, "threads": torch.get_num_threads(), "cpus": os.cpu_count(),
         "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY"),
         "loadavg_before": [round(x, 2) for x in load_before], "loadavg_after": [round(x, 2) for x in os.getloadavg()],
         "forward_s_median": latency, "decode_step_s_median": decode,
