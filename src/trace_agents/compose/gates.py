@@ -129,10 +129,9 @@ def _collect(model: ComposedModel, data: list[tuple[list[int], list[bool], int]]
     device = next(model.gate_parameters()).device
     out: dict[str, list[torch.Tensor]] = {k: [] for k in [*model.routers, "label"]}
     # forcing applies to a whole forward, so a batch holds one label when forced
-    order = sorted(range(len(data)), key=lambda i: data[i][2]) if forced else list(range(len(data)))
-    batches = [order[s : s + config.batch] for s in range(0, len(order), config.batch)]
-    if forced:
-        batches = [[i for i in b if data[i][2] == slot] for b in batches for slot in sorted({data[i][2] for i in b})]
+    groups = ([[i for i, d in enumerate(data) if d[2] == slot] for slot in sorted({d[2] for d in data})]
+              if forced else [list(range(len(data)))])
+    batches = [g[s : s + config.batch] for g in groups for s in range(0, len(g), config.batch)]
     model.captured = {}
     try:
         for batch in batches:

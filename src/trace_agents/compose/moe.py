@@ -50,7 +50,7 @@ class Router(nn.Module):
         return self.score(self.features(hidden))  # (batch, seq, n_slots)
 
     def score(self, features: torch.Tensor) -> torch.Tensor:
-        """Logits of already normalised features (gate fitting caches features, then calls this)."""
+        """Logits of already normalised features (`features(hidden)`)."""
         return F.linear(features.float(), self.proj.weight.float(), self.proj.bias.float())
 
 

@@ -74,21 +74,21 @@ def _schemas(d: Domain) -> list[dict]:
     """BFCL-style function docs of a domain: its lookup, then its actions."""
     idp = {d.id_field: ("string", f"The {d.noun} id returned by {d.lookup}.")}
     docs = {
-        "send_message": ("Send a text message to a contact.", {**idp, "text": ("string", "The message text.")}, None),
+        "send_message": ("Send a text message to a contact.", {**idp, "text": ("string", "The message text.")}),
         "schedule_call": ("Schedule a call with a contact.", {**idp, "day": ("string", "Weekday of the call, e.g. 'Monday'."),
-                          "minutes": ("integer", "Length of the call in minutes.")}, None),
-        "add_to_cart": ("Add a product to the shopping cart.", {**idp, "quantity": ("integer", "How many items.")}, None),
-        "check_stock": ("Check whether a product is in stock at a store.", {**idp, "store": ("string", "Store city.")}, None),
-        "share_document": ("Share a document with someone by email.", {**idp, "email": ("string", "Recipient email address.")}, None),
-        "rename_document": ("Give a document a new title.", {**idp, "new_title": ("string", "The new title.")}, None),
-        "get_forecast": ("Weather forecast for a city.", {**idp, "days": ("integer", "Number of days ahead, 1-7.")}, None),
+                          "minutes": ("integer", "Length of the call in minutes.")}),
+        "add_to_cart": ("Add a product to the shopping cart.", {**idp, "quantity": ("integer", "How many items.")}),
+        "check_stock": ("Check whether a product is in stock at a store.", {**idp, "store": ("string", "Store city.")}),
+        "share_document": ("Share a document with someone by email.", {**idp, "email": ("string", "Recipient email address.")}),
+        "rename_document": ("Give a document a new title.", {**idp, "new_title": ("string", "The new title.")}),
+        "get_forecast": ("Weather forecast for a city.", {**idp, "days": ("integer", "Number of days ahead, 1-7.")}),
         "book_hotel": ("Book a hotel room in a city.", {**idp, "nights": ("integer", "Number of nights."),
-                       "guests": ("integer", "Number of guests.")}, None),
+                       "guests": ("integer", "Number of guests.")}),
     }
     out = [_schema(d.lookup, f"Look up a {d.noun} by its {d.key.replace('_', ' ')} and return its {d.id_field}.",
                    {d.key: ("string", f"The {d.key.replace('_', ' ')} of the {d.noun}.")}, [d.key])]
     for a in d.actions:
-        desc, params, _ = docs[a]
+        desc, params = docs[a]
         out.append(_schema(a, desc, params, list(params)))
     return out
 
