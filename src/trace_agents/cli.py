@@ -209,20 +209,21 @@ def warmup_cmd(
     batch_size: int = typer.Option(4, "--batch-size", help="Examples per step."),
     lr: float = typer.Option(1e-4, "--lr", help="Learning rate."),
     seed: int = typer.Option(0, "--seed", help="Example stream and torch seed."),
+    followup: int = typer.Option(2, "--followup", help="Multi-turn examples (call, read the result, call again, stop) added to each batch."),
     device: Optional[str] = DeviceOpt,
 ):
     """Short supervised warm-up on tool-call format from synthetic tasks (never the target's)."""
     if model.startswith("openai:"):
         raise UsageError("--model must be a local model for warmup, not an endpoint")
-    if steps < 1 or batch_size < 1:
-        raise UsageError("--steps and --batch-size must be at least 1")
-    run_warmup(model, out, steps, batch_size, lr, seed, device)
+    if steps < 1 or batch_size < 1 or followup < 0:
+        raise UsageError("--steps and --batch-size must be at least 1, --followup at least 0")
+    run_warmup(model, out, steps, batch_size, lr, seed, device, followup)
 
 
-def run_warmup(model, out, steps, batch_size, lr, seed, device) -> dict:
+def run_warmup(model, out, steps, batch_size, lr, seed, device, followup: int = 2) -> dict:
     from trace_agents.warmup.sft import WarmupConfig, warmup
 
-    config = WarmupConfig(steps=steps, batch_size=batch_size, lr=lr, seed=seed)
+    config = WarmupConfig(steps=steps, batch_size=batch_size, lr=lr, seed=seed, followup_per_batch=followup)
     with _progress() as bar:
         task = bar.add_task("warm-up", total=steps)
 

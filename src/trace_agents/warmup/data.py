@@ -40,6 +40,8 @@ class Example:
     functions: list[dict]
     messages: list[Message]
     calls: list[tuple[str, dict]]
+    text: str = ""
+    """The target when there are no calls: a closing reply (multi-turn examples, warmup/followup.py)."""
 
     @property
     def tools(self) -> list[dict]:
@@ -47,8 +49,8 @@ class Example:
 
     @property
     def reply(self) -> str:
-        """The supervised target text: one `<tool_call>` per reference call, in order."""
-        return "\n".join(format_call(n, a) for n, a in self.calls)
+        """The supervised target text: one `<tool_call>` per reference call, in order (or `text`)."""
+        return "\n".join(format_call(n, a) for n, a in self.calls) if self.calls else self.text
 
 
 # --------------------------------------------------------------------------------------------

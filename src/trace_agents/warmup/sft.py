@@ -22,6 +22,7 @@ import torch
 from trace_agents.agent.format import END_OF_TURN
 from trace_agents.models import load_model
 from trace_agents.warmup.data import Example, make_examples
+from trace_agents.warmup.followup import followup_example
 
 # Warm-up seeds live far from 0 so that they never coincide with a synthetic environment's seeds.
 SEED_BASE = 50_000_000
@@ -39,11 +40,14 @@ class WarmupConfig:
     """Examples longer than this many tokens are cut from the left of the prompt."""
     seed: int = 0
     """Selects the example stream and the torch seed."""
+    followup_per_batch: int = 2
+    """Multi-turn examples (warmup/followup.py) added to each batch: the protocol of reading a tool
+    result, calling again with it, and stopping. 0 gives the single-turn-only warm-up."""
 
 
 def encode_example(tokenizer, ex: Example, max_len: int) -> tuple[list[int], list[int]]:
-    """(input ids, labels) with labels -100 on the prompt: the model learns to write the reply and
-    to end its turn, nothing else."""
+    """(input ids, labels) with labels -100 on the prompt (earlier turns and tool results included):
+    the model learns to write the reply and to end its turn, nothing else."""
     prompt = tokenizer.apply_chat_template(
         [m.to_chat() for m in ex.messages], tools=ex.tools, tokenize=False, add_generation_prompt=True
     )
@@ -80,7 +84,9 @@ def warmup(
     losses, started = [], time.time()
     for step in range(config.steps):
         first = SEED_BASE + config.seed * 1_000_000 + step * config.batch_size
-        pairs = [encode_example(tok, ex, config.max_len) for ex in make_examples(first, config.batch_size)]
+        examples = make_examples(first, config.batch_size) + [
+            followup_example(first + j) for j in range(config.followup_per_batch)]
+        pairs = [encode_example(tok, ex, config.max_len) for ex in examples]
         batch = {k: v.to(model.device) for k, v in collate(pairs, tok.pad_token_id).items()}
         loss = model(**batch).loss
         loss.backward()
