@@ -187,16 +187,20 @@ def evaluate_to(out: Path, spec: RolloutSpec, trajectories: Path | None = None) 
     return summary
 
 
+def _num(x: float | None) -> str:
+    return "-" if x is None else f"{x:.2f}"
+
+
 def _print_summaries(summaries: list[dict]) -> None:
     table = Table(title="evaluation")
-    for col in ("env", "model", "split", "n", "success", "95% CI", "reward", "tool calls", "top failure"):
+    for col in ("env", "model", "split", "n", "success", "95% CI", "reward", "tool calls", "calls if solved", "top failure"):
         table.add_column(col)
     for s in summaries:
         top = next(iter(s["failures"]), "-")
         table.add_row(
             s["env"], s["model"], s["split"], str(s["n"]), f"{100 * s['success_rate']:.1f}%",
             f"[{100 * s['ci95'][0]:.1f}, {100 * s['ci95'][1]:.1f}]", f"{s['mean_reward']:.3f}",
-            f"{s['mean_tool_calls']:.2f}", top,
+            f"{s['mean_tool_calls']:.2f}", _num(s.get("mean_tool_calls_success")), top,
         )
     Console().print(table)
 

@@ -1,5 +1,6 @@
 """Scoring a set of trajectories: success rate with a 95% Wilson interval, mean reward, mean tool
-calls, failure kinds and per-task figures (the `evaluate` output of DESIGN.md §9)."""
+calls (of all rollouts and of the successful ones: what the efficiency reward should cut without
+losing successes), failure kinds and per-task figures (the `evaluate` output of DESIGN.md §9)."""
 
 from __future__ import annotations
 
@@ -50,11 +51,17 @@ def summarize(trajectories: list[Trajectory], *, env: str, model: str, split: st
         "success_rate": successes / n if n else 0.0,
         "mean_reward": sum(t.reward for t in trajectories) / n if n else 0.0,
         "mean_tool_calls": sum(t.tool_calls for t in trajectories) / n if n else 0.0,
+        "mean_tool_calls_success": _mean([t.tool_calls for t in trajectories if t.success]),
         "ci95": [lo, hi],
         "failures": dict(failures.most_common()),
         "format_error_rate": sum(bool(t.info.get("format_errors")) for t in trajectories) / n if n else 0.0,
         "per_task": per_task,
     }
+
+
+def _mean(xs: list[float]) -> float | None:
+    """None for no values: "tool calls of successful rollouts" has no value without a success."""
+    return sum(xs) / len(xs) if xs else None
 
 
 def paired_bootstrap(a: list[float], b: list[float], resamples: int = 10_000, seed: int = 0) -> float:
