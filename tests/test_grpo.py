@@ -11,7 +11,8 @@ import pytest
 import torch
 from toy_envs import ShortEnv
 
-from trace_agents.training.grpo import GRPOConfig, Sample, _collate, build_samples, group_advantages, token_logprobs, train
+from trace_agents.training.grpo import (GRPOConfig, Sample, _collate, build_samples, group_advantages, micro_batches,
+                                        policy_update, token_logprobs, train)
 from trace_agents.types import FunctionCall, Message, ToolCall, Trajectory
 
 TOY = str(Path(__file__).with_name("toy_envs.py"))
@@ -57,6 +58,37 @@ def test_logprobs_of_kept_tokens_match_a_full_forward(tiny):
         full = torch.log_softmax(model(input_ids=seq).logits[0, :-1].float(), -1)
         want = full[torch.arange(len(seq[0]) - 1), seq[0, 1:]][-len(s.completion_ids):]
         assert torch.allclose(got[row, -len(s.completion_ids):], want, atol=1e-4)
+
+
+def test_micro_batches_respect_rows_and_tokens_and_keep_every_sample():
+    samples = [Sample([1] * n, [2] * 3, 1.0) for n in (40, 5, 100, 7, 30, 6, 8)]
+    batches = micro_batches(samples, max_rows=3, max_tokens=60)
+    assert sorted(id(s) for b in batches for s in b) == sorted(id(s) for s in samples)
+    for b in batches:
+        width = max(len(s.prompt_ids) + len(s.completion_ids) for s in b)
+        assert len(b) <= 3 and (len(b) == 1 or width * len(b) <= 60)
+    assert [len(b) for b in batches] == [3, 1, 1, 1, 1]  # 8, 9, 10, then 11 would make 4 rows; 33+ go alone
+
+
+def test_gradient_does_not_depend_on_micro_batching():
+    from peft import LoraConfig, get_peft_model
+
+    from trace_agents.models import load_model
+
+    grads = []  # one SGD step each, batched in one go vs one sample at a time
+    for rows, tokens in ((8, 10_000), (1, 1)):
+        torch.manual_seed(0)
+        model = get_peft_model(load_model("tiny-random", device="cpu")[0], LoraConfig(r=4, target_modules=["q_proj", "v_proj"]))
+        for n, p in model.named_parameters():
+            if "lora_B" in n:
+                torch.nn.init.normal_(p, std=0.1)  # B = 0 at init: A would get no gradient
+        samples = [Sample([5, 6, 7, 8], [9, 10], 1.0), Sample([5, 6], [11, 12, 13], -1.0), Sample([3] * 9, [4], 0.5)]
+        trainable = [p for p in model.parameters() if p.requires_grad]
+        before = torch.cat([p.detach().flatten() for p in trainable])
+        opt = torch.optim.SGD(trainable, lr=1.0)  # the step is minus the (clipped) gradient
+        policy_update(model, opt, samples, GRPOConfig(micro_batch=rows, micro_tokens=tokens), pad_id=0)
+        grads.append(before - torch.cat([p.detach().flatten() for p in trainable]))
+    assert grads[0].abs().sum() > 0 and torch.allclose(grads[0], grads[1], atol=1e-5)
 
 
 def test_training_changes_only_lora_weights_and_saves_a_peft_adapter(tmp_path):

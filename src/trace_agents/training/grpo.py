@@ -62,7 +62,11 @@ class GRPOConfig:
     inner_epochs: int = 1
     """Gradient passes over each step's samples; > 1 makes the clipping active."""
     micro_batch: int = 4
-    """Samples per forward/backward (gradient accumulation over the step)."""
+    """Samples per forward/backward at most (gradient accumulation over the step)."""
+    micro_tokens: int = 2048
+    """Padded tokens (rows x width) per forward/backward at most; a longer sample goes alone.
+    Multi-turn samples carry the whole conversation: 4 rows of ~1,000 tokens peaked at 10 GB on
+    SmolLM2-135M (and were OOM-killed), 1 row at 3.2 GB, for about the same time per token."""
     hint_fraction: float = 0.0
     """Share of each group that sees the env's hint while sampling (paper: 0.25-0.5)."""
     reward: Literal["verifier", "trace-efficiency"] = "verifier"
@@ -80,6 +84,7 @@ class GRPOConfig:
             "steps": self.steps >= 1, "groups_per_step": self.groups_per_step >= 1, "group_size": self.group_size >= 2,
             "lr": self.lr > 0, "clip_eps": 0 < self.clip_eps < 1, "kl_coef": self.kl_coef >= 0,
             "inner_epochs": self.inner_epochs >= 1, "micro_batch": self.micro_batch >= 1,
+            "micro_tokens": self.micro_tokens >= 1,
             "hint_fraction": 0 <= self.hint_fraction <= 1, "save_every": self.save_every >= 1,
             "scale_rewards": self.scale_rewards in ("group", "none"),
             "reward": self.reward in ("verifier", "trace-efficiency"), "epoch_steps": self.epoch_steps >= 1,
@@ -167,6 +172,20 @@ def _collate(batch: list[Sample], pad_id: int, device) -> tuple[torch.Tensor, ..
     return ids.to(device), attn.to(device), mask.to(device), adv.to(device)
 
 
+def micro_batches(samples: list[Sample], max_rows: int, max_tokens: int) -> list[list[Sample]]:
+    """Samples sorted by length (less padding), cut into batches of at most `max_rows` rows and
+    `max_tokens` padded tokens. The loss is normalised by the step's token count, so the gradient
+    does not depend on how the samples are batched."""
+    batches: list[list[Sample]] = []
+    for s in sorted(samples, key=lambda s: len(s.prompt_ids) + len(s.completion_ids)):
+        width = len(s.prompt_ids) + len(s.completion_ids)  # the longest so far: the batch's width
+        if batches and len(batches[-1]) < max_rows and width * (len(batches[-1]) + 1) <= max_tokens:
+            batches[-1].append(s)
+        else:
+            batches.append([s])
+    return batches
+
+
 def token_logprobs(model, ids: torch.Tensor, attn: torch.Tensor, keep: int) -> torch.Tensor:
     """log p of the last `keep` tokens of each row given everything before, shape (batch, keep)."""
     positions = (attn.cumsum(-1) - 1).clamp(min=0)  # left padding: positions count real tokens only
@@ -178,7 +197,7 @@ def token_logprobs(model, ids: torch.Tensor, attn: torch.Tensor, keep: int) -> t
 def policy_update(model, optimizer, samples: list[Sample], config: GRPOConfig, pad_id: int) -> dict[str, float]:
     """Clipped-surrogate GRPO update, loss averaged over every completion token of the step."""
     device = next(model.parameters()).device
-    batches = [_collate(samples[i : i + config.micro_batch], pad_id, device) for i in range(0, len(samples), config.micro_batch)]
+    batches = [_collate(b, pad_id, device) for b in micro_batches(samples, config.micro_batch, config.micro_tokens)]
     n_tokens = sum(float(b[2].sum()) for b in batches)
     old: list[torch.Tensor | None] = [None] * len(batches)
     if config.inner_epochs > 1:  # the behaviour policy's log-probs, fixed before the first update
