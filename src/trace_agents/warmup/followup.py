@@ -19,6 +19,7 @@ import random
 from dataclasses import dataclass
 
 from trace_agents.types import FunctionCall, Message, ToolCall
+from trace_agents.warmup.data import Example
 
 
 @dataclass(frozen=True)
@@ -118,12 +119,10 @@ def _result(call: tuple[str, dict], ids: dict[tuple, str]) -> str:
     return json.dumps({"status": "ok"})
 
 
-def followup_example(seed: int):
+def followup_example(seed: int) -> Example:
     """One assistant turn of `conversation(seed)` as a warm-up Example (prompt = history before it).
     The turn is picked by the seed, so a stream of seeds covers first calls, follow-up calls that
     reuse a returned id, and the closing text."""
-    from trace_agents.warmup.data import Example
-
     functions, messages, turns, closing = conversation(seed)
     pick = random.Random(f"warmup-followup-turn/{seed}").randrange(len(turns) + 1)
     history = list(messages)
