@@ -61,13 +61,15 @@ def test_repeated_lookups_are_free_but_a_wrong_or_extra_action_fails():
 
 
 def test_unknown_names_functions_and_step_limit():
-    env = LookupThenActEnv(0.0, max_steps=2)
+    env = LookupThenActEnv(0.0, max_steps=3)
     env.reset(3)
     lookup = env.reference()[0][0]
     assert play(env, [[(lookup[0], {next(iter(lookup[1])): "Nobody Here"})]])[0].startswith("Error: no record")
     assert play(env, [[("delete_everything", {})]]) == ["Error: function 'delete_everything' is not available."]
+    action = env.reference()[0][1][0]
+    assert play(env, [[(action, {"x": ["a", "list"], "y": {"an": "object"}})]]) == ["Error: unknown id."]
     assert env.done and env.step(assistant(call(*lookup))).done  # step limit reached
-    assert env.verdict().details["failure"] == "no_tool_call"  # no action was made
+    assert env.verdict().details["failure"] == "missing_param"  # the one action lacked the id
 
 
 def test_deterministic_and_difficulty_adds_operations():

@@ -219,7 +219,9 @@ class LookupThenActEnv:
             return f"Error: no record matches {json.dumps(args)}."
         self.actions.append((name, args))
         known = {i for r in self.task.records.values() for i in r.values()}
-        return json.dumps({"status": "ok"}) if any(v in known for v in args.values()) else "Error: unknown id."
+        # the agent may send any JSON (lists, objects): only a string can be an id
+        ok = any(isinstance(v, str) and v in known for v in args.values())
+        return json.dumps({"status": "ok"}) if ok else "Error: unknown id."
 
     def step(self, message: Message) -> Step:
         if self.done:
