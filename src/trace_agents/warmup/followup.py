@@ -91,9 +91,10 @@ def _assistant(calls: list[tuple[str, dict]], turn: int) -> Message:
     return Message(role="assistant", content="", tool_calls=tcs)
 
 
-def conversation(seed: int) -> tuple[list[dict], list[Message], list[list[tuple[str, dict]]], str]:
-    """(functions, user message, call turns in order, closing text) of one seeded conversation.
-    1-2 operations; with two, the lookups are sometimes made together in one turn."""
+def conversation(seed: int) -> tuple[list[dict], list[Message], list[list[tuple[str, dict]]], str, dict[str, str]]:
+    """(functions, user message, call turns in order, closing text, id each lookup returns keyed by
+    the lookup call's JSON) of one seeded conversation. 1-2 operations; with two, the lookups are
+    sometimes made together in one turn."""
     rng = random.Random(f"warmup-followup/{seed}")
     domains = rng.sample(_DOMAINS, 3)
     n_ops = rng.choice((1, 1, 2))
@@ -108,41 +109,29 @@ def conversation(seed: int) -> tuple[list[dict], list[Message], list[list[tuple[
         turns = [[op[0] for op in ops], [op[1] for op in ops]]
     else:
         turns = [[c] for op in ops for c in op[:2]]
-    return functions, [Message(role="user", content=request)], turns, rng.choice(_CLOSINGS)
+    ids = {json.dumps(lookup): ident for lookup, _, ident, _ in ops}
+    return functions, [Message(role="user", content=request)], turns, rng.choice(_CLOSINGS), ids
 
 
-def _result(call: tuple[str, dict], ids: dict[tuple, str]) -> str:
-    name, args = call
-    lookups = {d.lookup: d for d in _DOMAINS}
-    if name in lookups:
-        return json.dumps({lookups[name].id_field: ids[(name, json.dumps(args))]})
-    return json.dumps({"status": "ok"})
+def _result(call: tuple[str, dict], ids: dict[str, str]) -> str:
+    """What the tool answers: a lookup its record's id, an action {"status": "ok"}."""
+    lookup = next((d for d in _DOMAINS if d.lookup == call[0]), None)
+    return json.dumps({lookup.id_field: ids[json.dumps(call)]} if lookup else {"status": "ok"})
 
 
 def followup_example(seed: int) -> Example:
     """One assistant turn of `conversation(seed)` as a warm-up Example (prompt = history before it).
     The turn is picked by the seed, so a stream of seeds covers first calls, follow-up calls that
     reuse a returned id, and the closing text."""
-    functions, messages, turns, closing = conversation(seed)
+    functions, messages, turns, closing, ids = conversation(seed)
     pick = random.Random(f"warmup-followup-turn/{seed}").randrange(len(turns) + 1)
     history = list(messages)
-    lookup_ids = _lookup_ids(turns)
     for t, calls in enumerate(turns[:pick]):
         msg = _assistant(calls, t)
         history.append(msg)
         for tc, call in zip(msg.tool_calls or [], calls):
-            history.append(Message(role="tool", tool_call_id=tc.id, content=_result(call, lookup_ids)))
+            history.append(Message(role="tool", tool_call_id=tc.id, content=_result(call, ids)))
     if pick == len(turns):
         return Example(functions=functions, messages=history, calls=[], text=closing)
     return Example(functions=functions, messages=history, calls=list(turns[pick]))
 
-
-def _lookup_ids(turns: list[list[tuple[str, dict]]]) -> dict[tuple, str]:
-    """(lookup name, its arguments as JSON) -> the id its operation's action uses: the n-th lookup
-    of the conversation answers the n-th action."""
-    lookups = {d.lookup for d in _DOMAINS}
-    flat = [c for calls in turns for c in calls]
-    found = [c for c in flat if c[0] in lookups]
-    acts = [c for c in flat if c[0] not in lookups]
-    return {(n, json.dumps(a)): next(v for k, v in act[1].items() if k.endswith("_id"))
-            for (n, a), act in zip(found, acts)}
