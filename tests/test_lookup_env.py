@@ -7,7 +7,7 @@ from conftest import assistant, call
 
 from trace_agents.envs.base import Env
 from trace_agents.synthesis import builtin_families
-from trace_agents.synthesis.lookup import LookupThenActEnv
+from trace_agents.synthesis.lookup import LookupThenActEnv, generate_task
 
 
 def play(env: LookupThenActEnv, replies) -> list[str]:
@@ -77,3 +77,23 @@ def test_deterministic_and_difficulty_adds_operations():
     assert [a.reset(11)[0].content, a.reference()] == [b.reset(11)[0].content, b.reference()]
     ops = lambda d: sum(len(e.reference()[0]) // 2 for e in [LookupThenActEnv(d)] for s in range(40) if e.reset(s))  # noqa: E731
     assert ops(0.0) == 40 and ops(1.0) > 80
+
+
+def test_known_ids_state_the_id_make_the_lookup_unneeded_and_leave_old_tasks_alone():
+    plain, stated = LookupThenActEnv(0.5), LookupThenActEnv(0.5, known_ids=1.0)
+    for seed in range(20):
+        request = stated.reset(seed)[0].content
+        assert plain.reset(seed)[0].content != request  # the ids are stated ...
+        actions = plain.reference()[0][1::2]
+        assert stated.reference() == [actions]  # ... so the reference skips every lookup
+        for _, args in actions:
+            assert next(iter(args.values())) in request
+        play(stated, [actions])
+        assert stated.verdict().success, (seed, stated.verdict().details)
+    # known_ids=0 keeps the tasks of earlier versions (this request was drawn before known_ids existed)
+    assert generate_task(3, 0.5).request == ("Get the 4-day forecast for Lisbon and then rename the 'safety guide' "
+                                             "document to 'safety guide v9'.")
+    share = sum(sum(e.task.known) for e in [LookupThenActEnv(1.0, known_ids=0.5)] for s in range(60) if e.reset(s))
+    assert 0.3 < share / sum(len(generate_task(s, 1.0).actions) for s in range(60)) < 0.7
+    with pytest.raises(ValueError, match="known_ids"):
+        LookupThenActEnv(known_ids=2)

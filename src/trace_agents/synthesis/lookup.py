@@ -17,7 +17,13 @@ A reply without tool calls ends the episode, as does `max_steps` replies with ca
 
 Difficulty (0..1): operations per task (1 at 0, up to 3 at 1), known records per lookup (3 -> 6),
 and 1 + round(2·d) unused domains offered.
-Seeds: train 0..99,999, test 1,000,000..1,000,999; a task is a pure function of (seed, difficulty).
+`known_ids` (0..1, default 0): the share of operations whose request already states the id ("...
+(Priya Shah has contact_id C-1234)"). Their lookup is a wasted call — BFCL's multi-turn tasks often
+carry ids from earlier turns, and an agent trained only on lookup-then-act looks them up anyway; it
+is the setting where successes carry calls the efficiency reward can cut. It draws from its own
+random stream, so tasks at known_ids=0 are those of earlier versions.
+Seeds: train 0..99,999, test 1,000,000..1,000,999; a task is a pure function of (seed, difficulty,
+known_ids).
 """
 
 from __future__ import annotations
@@ -129,10 +135,12 @@ class Task:
     request: str
     lookups: list[Call]
     actions: list[Call]
+    known: list[bool]  # per operation: the request states its id, the lookup is not needed
 
 
-def generate_task(seed: int, difficulty: float) -> Task:
+def generate_task(seed: int, difficulty: float, known_ids: float = 0.0) -> Task:
     rng = random.Random(f"lookup_then_act/{seed}")
+    stated = random.Random(f"lookup_then_act/{seed}/known")  # own stream: known_ids=0 keeps old tasks
     n_ops = 1 + sum(rng.random() < difficulty for _ in range(2))
     domains = rng.sample(DOMAINS, len(DOMAINS))
     used = [rng.choice(domains[:2]) for _ in range(n_ops)]
@@ -140,20 +148,21 @@ def generate_task(seed: int, difficulty: float) -> Task:
     for d in domains:
         names = rng.sample(d.names, 1 + round(3 * difficulty) + 2)
         records[d.lookup] = {n.lower(): f"{d.id_prefix}{rng.randint(100, 9999)}" for n in names}
-    lookups, actions, asks, seen = [], [], [], set()
+    lookups, actions, asks, known, seen = [], [], [], [], set()
     for d in used:
         name = rng.choice([n for n in d.names if n.lower() in records[d.lookup] and (d.lookup, n) not in seen])
         seen.add((d.lookup, name))
         ident = records[d.lookup][name.lower()]
         call, ask = _operation(d, name, ident, rng)
+        known.append(stated.random() < known_ids)
         lookups.append((d.lookup, {d.key: name}))
         actions.append(call)
-        asks.append(ask)
+        asks.append(f"{ask} ({name} has {d.id_field} {ident})" if known[-1] else ask)
     offered = list(dict.fromkeys(used)) + [d for d in domains if d not in used][: 1 + round(2 * difficulty)]
     rng.shuffle(offered)
     request = " and then ".join(asks)
     request = request[0].upper() + request[1:] + "."
-    return Task(records, [f for d in offered for f in _schemas(d)], request, lookups, actions)
+    return Task(records, [f for d in offered for f in _schemas(d)], request, lookups, actions, known)
 
 
 class LookupThenActEnv:
@@ -164,12 +173,13 @@ class LookupThenActEnv:
 
     capability = "lookup_then_act"
 
-    def __init__(self, difficulty: float = 0.0, max_steps: int = 6):
-        if isinstance(difficulty, bool) or not 0.0 <= float(difficulty) <= 1.0:
-            raise ValueError(f"difficulty must be a number between 0 and 1, got {difficulty!r}")
+    def __init__(self, difficulty: float = 0.0, max_steps: int = 6, known_ids: float = 0.0):
+        for field, value in (("difficulty", difficulty), ("known_ids", known_ids)):
+            if isinstance(value, bool) or not 0.0 <= float(value) <= 1.0:
+                raise ValueError(f"{field} must be a number between 0 and 1, got {value!r}")
         if max_steps < 1:
             raise ValueError("max_steps must be at least 1")
-        self.difficulty, self.max_steps = float(difficulty), max_steps
+        self.difficulty, self.max_steps, self.known_ids = float(difficulty), max_steps, float(known_ids)
         self.name = f"synthetic/{self.capability}"
         self.task_id = ""
         self.tools: list[dict[str, Any]] = []
@@ -181,7 +191,7 @@ class LookupThenActEnv:
         return list(range(0, 100_000) if split == "train" else range(1_000_000, 1_001_000))
 
     def reset(self, seed: int) -> list[Message]:
-        self._task = generate_task(seed, self.difficulty)
+        self._task = generate_task(seed, self.difficulty, self.known_ids)
         self.task_id = f"{self.capability}_{seed}"
         self.functions = self._task.functions
         self.tools = [to_openai_tool(f) for f in self.functions]
@@ -196,13 +206,18 @@ class LookupThenActEnv:
         return self._task
 
     def reference(self) -> list[list[Call]]:
-        """One user turn: each lookup followed by its action."""
+        """One user turn: each needed lookup followed by its action (no lookup for a stated id)."""
         t = self.task
-        return [[c for pair in zip(t.lookups, t.actions) for c in copy.deepcopy(pair)]]
+        calls = [c for lk, act, known in zip(t.lookups, t.actions, t.known) for c in ([act] if known else [lk, act])]
+        return [copy.deepcopy(calls)]
 
     def hint(self) -> str:
-        steps = [f"{lk}({json.dumps(a)}) gives the id for {act}" for (lk, a), (act, _) in zip(self.task.lookups, self.task.actions)]
-        return "Look each id up before acting: " + "; ".join(steps) + ". Call the action with the id the lookup returned."
+        t = self.task
+        steps = [f"the request states the id for {act}: call it directly" if known else
+                 f"{lk}({json.dumps(a)}) gives the id for {act}"
+                 for (lk, a), (act, _), known in zip(t.lookups, t.actions, t.known)]
+        return "Look an id up only when the request does not state it: " + "; ".join(steps) + \
+            ". Call each action with its id."
 
     def _execute(self, name: str, args: dict | None) -> str:
         offered = {f["name"] for f in self.functions}
