@@ -100,6 +100,13 @@ def parse_reply(text: str, call_id_prefix: str = "call") -> ParsedReply:
     return ParsedReply(message=message, error="; ".join(errors) or None)
 
 
+def function_doc(name: str, description: str, params: dict[str, tuple[str, str]]) -> dict[str, Any]:
+    """A BFCL-style function doc whose parameters, {name: (BFCL type, description)}, are all required."""
+    return {"name": name, "description": description,
+            "parameters": {"type": "dict", "required": list(params),
+                           "properties": {p: {"type": t, "description": d} for p, (t, d) in params.items()}}}
+
+
 def to_openai_tool(function: dict[str, Any]) -> dict[str, Any]:
     """Wrap a bare function schema as an OpenAI tool, mapping BFCL's types to JSON Schema
     ("dict" -> "object", "float" -> "number", "tuple" -> "array", "any" -> "string")."""

@@ -34,7 +34,7 @@ import random
 from dataclasses import dataclass
 from typing import Any
 
-from trace_agents.agent.format import to_openai_tool
+from trace_agents.agent.format import function_doc, to_openai_tool
 from trace_agents.envs.base import Split, Step
 from trace_agents.synthesis.matching import match_calls
 from trace_agents.types import Message, Verdict
@@ -70,12 +70,6 @@ _TEXTS = ("running ten minutes late", "the slides are ready", "see you at noon",
           "please review the draft", "lunch is on me today")
 
 
-def _schema(name: str, description: str, params: dict[str, tuple[str, str]], required: list[str]) -> dict:
-    return {"name": name, "description": description,
-            "parameters": {"type": "dict", "required": required,
-                           "properties": {p: {"type": t, "description": d} for p, (t, d) in params.items()}}}
-
-
 def _schemas(d: Domain) -> list[dict]:
     """BFCL-style function docs of a domain: its lookup, then its actions."""
     idp = {d.id_field: ("string", f"The {d.noun} id returned by {d.lookup}.")}
@@ -91,11 +85,9 @@ def _schemas(d: Domain) -> list[dict]:
         "book_hotel": ("Book a hotel room in a city.", {**idp, "nights": ("integer", "Number of nights."),
                        "guests": ("integer", "Number of guests.")}),
     }
-    out = [_schema(d.lookup, f"Look up a {d.noun} by its {d.key.replace('_', ' ')} and return its {d.id_field}.",
-                   {d.key: ("string", f"The {d.key.replace('_', ' ')} of the {d.noun}.")}, [d.key])]
-    for a in d.actions:
-        desc, params = docs[a]
-        out.append(_schema(a, desc, params, list(params)))
+    out = [function_doc(d.lookup, f"Look up a {d.noun} by its {d.key.replace('_', ' ')} and return its {d.id_field}.",
+                        {d.key: ("string", f"The {d.key.replace('_', ' ')} of the {d.noun}.")})]
+    out += [function_doc(a, *docs[a]) for a in d.actions]
     return out
 
 

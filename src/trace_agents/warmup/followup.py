@@ -18,6 +18,7 @@ import json
 import random
 from dataclasses import dataclass
 
+from trace_agents.agent.format import function_doc
 from trace_agents.types import FunctionCall, Message, ToolCall
 from trace_agents.warmup.data import Example
 
@@ -58,19 +59,13 @@ _DOMAINS = (
 _CLOSINGS = ("Done.", "All done.", "Done: everything you asked for is complete.", "Finished.")
 
 
-def _schema(name: str, description: str, props: dict[str, tuple[str, str]]) -> dict:
-    return {"name": name, "description": description,
-            "parameters": {"type": "dict", "required": list(props),
-                           "properties": {p: {"type": t, "description": d} for p, (t, d) in props.items()}}}
-
-
 def _schemas(d: _Domain) -> list[dict]:
     key = d.key.replace("_", " ")
-    out = [_schema(d.lookup, f"Find a {d.noun} by its {key}; returns its {d.id_field}.",
-                   {d.key: ("string", f"The {key} of the {d.noun}.")})]
+    out = [function_doc(d.lookup, f"Find a {d.noun} by its {key}; returns its {d.id_field}.",
+                        {d.key: ("string", f"The {key} of the {d.noun}.")})]
     for name, desc, param, kind, _ in d.actions:
-        out.append(_schema(name, desc, {d.id_field: ("string", f"The {d.noun} id from {d.lookup}."),
-                                        param: (kind, param.replace("_", " ").capitalize() + ".")}))
+        out.append(function_doc(name, desc, {d.id_field: ("string", f"The {d.noun} id from {d.lookup}."),
+                                             param: (kind, param.replace("_", " ").capitalize() + ".")}))
     return out
 
 
