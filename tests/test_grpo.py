@@ -142,3 +142,5 @@ def test_bad_config_is_refused_with_field_names():
         GRPOConfig(group_size=1)
     with pytest.raises(ValueError, match="hint_fraction"):
         GRPOConfig(hint_fraction=2)
+    with pytest.raises(ValueError, match="temperature"):
+        GRPOConfig(temperature=0)  # greedy rollouts would make every group degenerate

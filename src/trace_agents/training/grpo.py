@@ -49,6 +49,7 @@ class GRPOConfig:
     lora_dropout: float = 0.0
     target_modules: tuple[str, ...] = LORA_TARGETS
     temperature: float = 1.0
+    """Sampling temperature of the rollouts (paper: 1.0); GRPO needs sampling, so > 0."""
     max_new_tokens: int = 192
     """Tokens per assistant turn at most."""
     max_steps: int = 8
@@ -82,7 +83,7 @@ class GRPOConfig:
     def __post_init__(self) -> None:
         checks = {
             "steps": self.steps >= 1, "groups_per_step": self.groups_per_step >= 1, "group_size": self.group_size >= 2,
-            "lr": self.lr > 0, "clip_eps": 0 < self.clip_eps < 1, "kl_coef": self.kl_coef >= 0,
+            "lr": self.lr > 0, "temperature": self.temperature > 0, "clip_eps": 0 < self.clip_eps < 1, "kl_coef": self.kl_coef >= 0,
             "inner_epochs": self.inner_epochs >= 1, "micro_batch": self.micro_batch >= 1,
             "micro_tokens": self.micro_tokens >= 1,
             "hint_fraction": 0 <= self.hint_fraction <= 1, "save_every": self.save_every >= 1,
@@ -91,7 +92,7 @@ class GRPOConfig:
         }
         bad = [k for k, ok in checks.items() if not ok]
         if bad:
-            raise ValueError(f"invalid GRPO config field(s) {', '.join(bad)} (group_size >= 2, fractions in [0, 1], counts >= 1)")
+            raise ValueError(f"invalid GRPO config field(s) {', '.join(bad)} (group_size >= 2, fractions in [0, 1], counts >= 1, lr and temperature > 0)")
 
 
 # Small enough for CPU: fewer LoRA ranks, a learning rate a 135M model moves with in tens of steps.
