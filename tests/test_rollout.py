@@ -1,6 +1,6 @@
 from conftest import call
 
-from trace_agents.agent.policy import Reply, Sampling, TransformersPolicy
+from trace_agents.agent.policy import Reply, Request, Sampling, TransformersPolicy
 from trace_agents.agent.rollout import rollout
 from trace_agents.envs.base import Step, resolve_env
 from trace_agents.types import Message, Verdict
@@ -104,3 +104,44 @@ def test_greedy_batching_matches_one_at_a_time(tiny):
     batched = rollout(env, TransformersPolicy(model, tok, batch_size=3), seeds, max_steps=1, sampling=s)
     single = rollout(env, TransformersPolicy(model, tok, batch_size=1), seeds, max_steps=1, sampling=s)
     assert [t.messages[-1].content for t in batched] == [t.messages[-1].content for t in single]
+
+
+def test_shared_prefill_of_a_group_samples_what_separate_prefills_do(tiny, monkeypatch):
+    model, tok = tiny
+    env = resolve_env("bfcl/multiple")
+    seeds = env().seeds("train")[:2]
+    s = Sampling(max_new_tokens=8, temperature=1.0, seed=3)
+    shared = TransformersPolicy(model, tok, batch_size=6)
+    prefills = []
+    real = shared._prefill
+    monkeypatch.setattr(shared, "_prefill", lambda ids, mask, rows: prefills.append(len(ids)) or real(ids, mask, rows))
+    a = rollout(env, shared, seeds, samples=3, max_steps=1, sampling=s, keep_tokens=True)
+    b = rollout(env, TransformersPolicy(model, tok, batch_size=6, share_prompts=False), seeds, samples=3, max_steps=1,
+                sampling=s, keep_tokens=True)
+    assert prefills == [2]  # 6 rollouts, 2 distinct prompts
+    assert [t.info["completion_ids"] for t in a] == [t.info["completion_ids"] for t in b]
+    assert len({str(t.info["completion_ids"]) for t in a}) > 2  # sampled: the copies did not all say the same
+
+
+def test_shared_prefill_cache_gives_each_row_its_own_prompts_logits(tiny):
+    import torch
+
+    from trace_agents.agent.policy import _CACHE_KW
+
+    model, tok = tiny
+    env = resolve_env("bfcl/multiple")
+    policy = TransformersPolicy(model, tok)
+    texts = []
+    for seed in env().seeds("train")[:2]:  # prompts of different lengths: the shorter is left-padded
+        e = env()
+        texts.append(policy.render(Request(e.reset(seed), e.tools)))
+    enc = tok(texts, return_tensors="pt", padding=True, add_special_tokens=False)
+    ids, mask = enc["input_ids"], enc["attention_mask"]
+    rows, positions = torch.tensor([1, 0, 0]), (mask.cumsum(-1) - 1).clamp(min=0)  # as generate numbers them
+    with torch.no_grad():
+        cache = policy._prefill(ids, mask, rows)
+        last = model(input_ids=ids[rows, -1:], attention_mask=mask[rows], position_ids=positions[rows, -1:],
+                     **{_CACHE_KW: cache}).logits[:, -1]
+        full = model(input_ids=ids, attention_mask=mask, position_ids=positions).logits[rows, -1]
+    assert torch.allclose(last, full, atol=1e-4)
+    assert not torch.allclose(full[0], full[1], atol=1e-3)  # the two prompts are told apart

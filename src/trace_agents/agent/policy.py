@@ -1,7 +1,7 @@
 """Policies turn a batch of conversations into assistant replies.
 
 `TransformersPolicy` runs a local model: one batched `generate` per call (left padding, KV cache,
-stop at end of turn). `OpenAIPolicy` (openai_policy.py) calls any OpenAI-compatible server.
+stop at end of turn; identical prompts in a batch — a GRPO group's first turn — are prefilled once). `OpenAIPolicy` (openai_policy.py) calls any OpenAI-compatible server.
 Both return parsed `Reply`s: malformed model text becomes `error`, never an exception.
 """
 
@@ -56,10 +56,14 @@ class Policy(Protocol):
 
 
 class TransformersPolicy:
-    """A local causal LM with our chat template. `batch_size` caps sequences per generate call."""
+    """A local causal LM with our chat template. `batch_size` caps sequences per generate call.
+    `share_prompts`: prefill each distinct prompt of a batch once and copy its KV cache to the
+    duplicates (a model that keeps state across decode steps, like the composed model's running
+    routing means, must turn it off)."""
 
-    def __init__(self, model, tokenizer, name: str = "local", batch_size: int = 16):
+    def __init__(self, model, tokenizer, name: str = "local", batch_size: int = 16, share_prompts: bool = True):
         self.model, self.tokenizer, self.name, self.batch_size = model, tokenizer, name, batch_size
+        self.share_prompts = share_prompts
         self.eot_id = tokenizer.convert_tokens_to_ids(END_OF_TURN)
 
     def render(self, request: Request) -> str:
@@ -82,7 +86,14 @@ class TransformersPolicy:
     @torch.no_grad()
     def _generate(self, texts: list[str], requests: list[Request], sampling: Sampling) -> list[Reply]:
         device = next(self.model.parameters()).device
-        enc = self.tokenizer(texts, return_tensors="pt", padding=True, add_special_tokens=False).to(device)
+        unique = list(dict.fromkeys(texts))
+        shared = self.share_prompts and len(unique) < len(texts)
+        enc = self.tokenizer(unique if shared else texts, return_tensors="pt", padding=True,
+                             add_special_tokens=False).to(device)
+        if shared:  # same padded width either way, so rows of the distinct prompts can be copied
+            rows = torch.tensor([unique.index(t) for t in texts], device=device)
+            cache = self._prefill(enc["input_ids"], enc["attention_mask"], rows)
+            enc = {"input_ids": enc["input_ids"][rows], "attention_mask": enc["attention_mask"][rows], _CACHE_KW: cache}
         torch.manual_seed(sampling.seed)
         greedy = sampling.temperature <= 0
         out = self.model.generate(
@@ -111,6 +122,30 @@ class TransformersPolicy:
                 Reply(parsed.message, text, error or None, len(sampled), int(plen), truncated=not ended, completion_ids=sampled)
             )
         return replies
+
+    def _prefill(self, ids: torch.Tensor, mask: torch.Tensor, rows: torch.Tensor):
+        """KV cache of every prompt but its last token, computed once per distinct prompt and
+        copied to `rows`; generate then runs only the last prompt token before decoding. A GRPO
+        group's G rollouts of one seed share their first prompt, so its prefill (the tool docs:
+        ~600 tokens) was computed G times."""
+        positions = (mask.cumsum(-1) - 1).clamp(min=0)  # left padding: real tokens count from 0
+        out = self.model(input_ids=ids[:, :-1], attention_mask=mask[:, :-1], position_ids=positions[:, :-1],
+                         use_cache=True)
+        cache = getattr(out, _CACHE_KW)
+        cache.reorder_cache(rows)  # index_select on the batch: repeated rows copy a prompt's cache
+        return cache
+
+
+def _cache_keyword() -> str:
+    """transformers 5.x renamed `past_key_values` to `cache` (the old name still works, with a warning)."""
+    import inspect
+
+    from transformers import LlamaForCausalLM
+
+    return "cache" if "cache" in inspect.signature(LlamaForCausalLM.forward).parameters else "past_key_values"
+
+
+_CACHE_KW = _cache_keyword()
 
 
 def make_policy(model: str, *, adapter: str | None = None, composed: str | None = None, router: str = "token",

@@ -50,7 +50,8 @@ def load_composed_policy(folder, *, model: str | None = None, device: str | None
     if router not in ("token", "task"):
         raise ModelError(f"--router {router!r}: choose token or task")
     composed, tok = load_composed(folder, device=device, dtype=dtype)
-    policy = TransformersPolicy(composed, tok, name=f"{base}+composed", batch_size=batch_size)
+    # no shared prefill: the causal-mean routing keeps running sums per row across decode steps
+    policy = TransformersPolicy(composed, tok, name=f"{base}+composed", batch_size=batch_size, share_prompts=False)
     if router == "task":
         try:
             policy = TaskRoutedPolicy(policy, load_router(Path(folder)))
