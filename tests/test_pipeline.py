@@ -100,3 +100,15 @@ def test_demo_budgets_are_valid_configs(tmp_path):
         assert cfg.run_dir == tmp_path / name and cfg.warmup is not None
     with pytest.raises(DataError, match="choose one of"):
         budget_config("tpu", tmp_path)
+
+
+def test_training_lr_and_tokens_reach_grpo_only_when_set(tmp_path, monkeypatch):
+    import trace_agents.training.grpo as grpo
+    from trace_agents.pipeline import TrainingCfg, _train
+
+    seen = []
+    monkeypatch.setattr(grpo, "train", lambda make_env, model, out, config, **kw: seen.append(config))
+    _train(None, "tiny-random", tmp_path, TrainingCfg(lr=5e-4, max_new_tokens=80), 3, print)
+    _train(None, "tiny-random", tmp_path, TrainingCfg(), 3, print)
+    assert (seen[0].lr, seen[0].max_new_tokens, seen[0].max_steps) == (5e-4, 80, 3)
+    assert (seen[1].lr, seen[1].max_new_tokens) == (grpo.PRESETS["cpu"]["lr"], grpo.PRESETS["cpu"]["max_new_tokens"])

@@ -555,7 +555,7 @@ def proxy_cmd(
 @app.command("demo")
 def demo_cmd(
     out: Path = typer.Option(Path("runs/demo"), "--out", help="Run folder (resumed if it exists)."),
-    budget: str = typer.Option("cpu", "--budget", help="cpu (~30 min on 2 cores: every stage, tiny training) | gpu (a budget worth measuring)."),
+    budget: str = typer.Option("cpu", "--budget", help="cpu (~30 min on 2 cores: every stage, tiny training) | table (the paper table on a CPU, hours) | gpu (a budget worth measuring)."),
 ):
     """The whole TRACE pipeline on the embedded defaults: warm up SmolLM2-135M on synthetic tool-call
     tasks, roll it out on BFCL `multiple` (train split), analyse with the rules analyst, build the
