@@ -1,7 +1,8 @@
 """Policies turn a batch of conversations into assistant replies.
 
 `TransformersPolicy` runs a local model: one batched `generate` per call (left padding, KV cache,
-stop at end of turn; identical prompts in a batch — a GRPO group's first turn — are prefilled once). `OpenAIPolicy` (openai_policy.py) calls any OpenAI-compatible server.
+stop at end of turn; identical prompts in a batch — a GRPO group's first turn — are prefilled
+once). `OpenAIPolicy` (openai_policy.py) calls any OpenAI-compatible server.
 Both return parsed `Reply`s: malformed model text becomes `error`, never an exception.
 """
 
