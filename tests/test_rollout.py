@@ -126,7 +126,7 @@ def test_shared_prefill_of_a_group_samples_what_separate_prefills_do(tiny, monke
 def test_shared_prefill_cache_gives_each_row_its_own_prompts_logits(tiny):
     import torch
 
-    from trace_agents.agent.policy import _CACHE_KW
+    from trace_agents.agent.policy import cache_keyword
 
     model, tok = tiny
     env = resolve_env("bfcl/multiple")
@@ -141,7 +141,7 @@ def test_shared_prefill_cache_gives_each_row_its_own_prompts_logits(tiny):
     with torch.no_grad():
         cache = policy._prefill(ids, mask, rows)
         last = model(input_ids=ids[rows, -1:], attention_mask=mask[rows], position_ids=positions[rows, -1:],
-                     **{_CACHE_KW: cache}).logits[:, -1]
+                     **{cache_keyword(): cache}).logits[:, -1]
         full = model(input_ids=ids, attention_mask=mask, position_ids=positions).logits[rows, -1]
     assert torch.allclose(last, full, atol=1e-4)
     assert not torch.allclose(full[0], full[1], atol=1e-3)  # the two prompts are told apart

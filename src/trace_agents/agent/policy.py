@@ -8,6 +8,7 @@ Both return parsed `Reply`s: malformed model text becomes `error`, never an exce
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -92,9 +93,11 @@ class TransformersPolicy:
         enc = self.tokenizer(unique if shared else texts, return_tensors="pt", padding=True,
                              add_special_tokens=False).to(device)
         if shared:  # same padded width either way, so rows of the distinct prompts can be copied
-            rows = torch.tensor([unique.index(t) for t in texts], device=device)
+            row_of = {t: i for i, t in enumerate(unique)}
+            rows = torch.tensor([row_of[t] for t in texts], device=device)
             cache = self._prefill(enc["input_ids"], enc["attention_mask"], rows)
-            enc = {"input_ids": enc["input_ids"][rows], "attention_mask": enc["attention_mask"][rows], _CACHE_KW: cache}
+            enc = {"input_ids": enc["input_ids"][rows], "attention_mask": enc["attention_mask"][rows],
+                   cache_keyword(): cache}
         torch.manual_seed(sampling.seed)
         greedy = sampling.temperature <= 0
         out = self.model.generate(
@@ -132,21 +135,20 @@ class TransformersPolicy:
         positions = (mask.cumsum(-1) - 1).clamp(min=0)  # left padding: real tokens count from 0
         out = self.model(input_ids=ids[:, :-1], attention_mask=mask[:, :-1], position_ids=positions[:, :-1],
                          use_cache=True)
-        cache = getattr(out, _CACHE_KW)
+        cache = getattr(out, cache_keyword())
         cache.reorder_cache(rows)  # index_select on the batch: repeated rows copy a prompt's cache
         return cache
 
 
-def _cache_keyword() -> str:
-    """transformers 5.x renamed `past_key_values` to `cache` (the old name still works, with a warning)."""
+@functools.cache
+def cache_keyword() -> str:
+    """transformers 5.x renamed `past_key_values` to `cache` (the old name still works, with a warning).
+    Asked on first use, not at import: importing a model class costs start-up time."""
     import inspect
 
     from transformers import LlamaForCausalLM
 
     return "cache" if "cache" in inspect.signature(LlamaForCausalLM.forward).parameters else "past_key_values"
-
-
-_CACHE_KW = _cache_keyword()
 
 
 def make_policy(model: str, *, adapter: str | None = None, composed: str | None = None, router: str = "token",
