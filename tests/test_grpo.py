@@ -111,6 +111,28 @@ def test_training_changes_only_lora_weights_and_saves_a_peft_adapter(tmp_path):
             assert torch.equal(p, base_sd[name.replace("base_layer.", "")]), name
 
 
+def test_init_adapter_starts_from_its_weights_and_trains_on(tmp_path):
+    from peft import PeftModel
+    from safetensors.torch import load_file
+
+    from trace_agents.models import tiny_random
+    from trace_agents.training.grpo import make_lora_model
+
+    cfg = GRPOConfig(steps=1, groups_per_step=2, group_size=4, max_new_tokens=6, max_steps=1, lr=5e-2, lora_r=4)
+    train(ShortEnv, "tiny-random", tmp_path / "first", cfg)
+    first = tmp_path / "first" / "adapter"
+    start, _ = make_lora_model("tiny-random", GRPOConfig(init_adapter=str(first), lora_r=8, seed=7))
+    saved = PeftModel.from_pretrained(tiny_random()[0], first)
+    ours = {n: p for n, p in start.named_parameters() if "lora_" in n}
+    assert ours and all(p.requires_grad for p in ours.values())
+    assert all(torch.equal(p, dict(saved.named_parameters())[n]) for n, p in ours.items())  # its rank, not lora_r=8
+    train(ShortEnv, "tiny-random", tmp_path / "second", GRPOConfig(**{**cfg.__dict__, "init_adapter": str(first)}))
+    before, after = load_file(first / "adapter_model.safetensors"), load_file(tmp_path / "second" / "adapter" / "adapter_model.safetensors")
+    assert before.keys() == after.keys() and any(not torch.equal(before[k], after[k]) for k in before)
+    with pytest.raises(ValueError, match="init_adapter"):
+        GRPOConfig(init_adapter=str(tmp_path))
+
+
 def test_kill_9_then_resume_finishes_with_every_step_once(tmp_path):
     out = tmp_path / "run"
     cmd = [sys.executable, "-m", "trace_agents.cli", "train", "--env", TOY, "--model", "tiny-random", "--out", str(out),

@@ -371,6 +371,8 @@ def train_cmd(
     max_new_tokens: Optional[int] = typer.Option(None, "--max-new-tokens", help="Tokens per assistant turn at most."),
     hint_fraction: Optional[float] = typer.Option(None, "--hint-fraction", help="Share of each group sampled with the env's hint."),
     temperature: Optional[float] = typer.Option(None, "--temperature", help="Sampling temperature of the rollouts, > 0 (default 1.0)."),
+    scale_rewards: Optional[str] = typer.Option(None, "--scale-rewards", help="group: (R - mean) / std (default) | none: R - mean, the paper's code (keeps the size of a reward discount)."),
+    init_adapter: Optional[Path] = typer.Option(None, "--init-adapter", help="Start from this PEFT adapter folder instead of a fresh LoRA."),
     save_every: Optional[int] = typer.Option(None, "--save-every", help="Checkpoint every N steps."),
     seed: Optional[int] = typer.Option(None, "--seed", help="Seed of task sampling and LoRA init."),
     resume: bool = typer.Option(True, "--resume/--no-resume", help="Continue from the latest checkpoint in --out."),
@@ -385,7 +387,8 @@ def train_cmd(
     overrides = {k: v for k, v in dict(
         steps=steps, group_size=group_size, groups_per_step=groups, lr=lr, max_steps=max_steps,
         max_new_tokens=max_new_tokens, hint_fraction=hint_fraction, save_every=save_every, seed=seed,
-        epoch_steps=epoch_steps, temperature=temperature,
+        epoch_steps=epoch_steps, temperature=temperature, scale_rewards=scale_rewards,
+        init_adapter=str(init_adapter) if init_adapter else None,
     ).items() if v is not None}
     try:
         config = GRPOConfig(**{**PRESETS[preset], **overrides, "reward": reward, "efficiency": _efficiency_args(efficiency)})
@@ -396,7 +399,7 @@ def train_cmd(
         elif config.efficiency:
             raise ValueError("--efficiency needs --reward trace-efficiency")
     except (TypeError, ValueError) as e:
-        raise UsageError(f"{e} (flags: --steps, --group-size, --groups, --lr, --hint-fraction, --temperature, --save-every, --reward, --efficiency)") from None
+        raise UsageError(f"{e} (flags: --steps, --group-size, --groups, --lr, --hint-fraction, --temperature, --scale-rewards, --save-every, --reward, --efficiency)") from None
     make_env = resolve_env(env)
     with _progress() as bar:
         task = bar.add_task("GRPO", total=config.steps)

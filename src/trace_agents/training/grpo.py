@@ -48,6 +48,9 @@ class GRPOConfig:
     lora_alpha: int = 16
     lora_dropout: float = 0.0
     target_modules: tuple[str, ...] = LORA_TARGETS
+    init_adapter: str | None = None
+    """A PEFT adapter folder to start from (train on from an earlier run, e.g. with another reward);
+    its own rank, alpha and target modules replace the lora_* fields. None: a fresh LoRA."""
     temperature: float = 1.0
     """Sampling temperature of the rollouts (paper: 1.0); GRPO needs sampling, so > 0."""
     max_new_tokens: int = 192
@@ -92,7 +95,11 @@ class GRPOConfig:
         }
         bad = [k for k, ok in checks.items() if not ok]
         if bad:
-            raise ValueError(f"invalid GRPO config field(s) {', '.join(bad)} (group_size >= 2, fractions in [0, 1], counts >= 1, lr and temperature > 0)")
+            raise ValueError(f"invalid GRPO config field(s) {', '.join(bad)} (group_size >= 2, fractions in [0, 1], counts >= 1, lr and temperature > 0, "
+                             "scale_rewards group|none, reward verifier|trace-efficiency)")
+        if self.init_adapter and not (Path(self.init_adapter) / "adapter_config.json").exists():
+            raise ValueError(f"init_adapter {self.init_adapter!r} is not a PEFT adapter folder (no adapter_config.json); "
+                             "pass the adapter/ folder of a finished `trace-agents train` run")
 
 
 # Small enough for CPU: fewer LoRA ranks, a learning rate a 135M model moves with in tens of steps.
@@ -281,7 +288,7 @@ def _rng_from_json(data: list) -> tuple:
 
 # ---- the loop ------------------------------------------------------------------------------------
 def make_lora_model(model_name: str, config: GRPOConfig, device: str | None = None):
-    from peft import LoraConfig, get_peft_model
+    from peft import LoraConfig, PeftModel, get_peft_model
 
     from trace_agents.models import load_model
 
@@ -290,10 +297,13 @@ def make_lora_model(model_name: str, config: GRPOConfig, device: str | None = No
     targets = [t for t in config.target_modules if t in present]
     if not targets:
         raise ValueError(f"none of target_modules {config.target_modules} exist in {model_name}")
-    lora = LoraConfig(r=config.lora_r, lora_alpha=config.lora_alpha, lora_dropout=config.lora_dropout,
-                      target_modules=targets, task_type="CAUSAL_LM")
-    torch.manual_seed(config.seed)  # LoRA A matrices are random: same seed, same start
-    model = get_peft_model(base, lora)
+    if config.init_adapter:
+        model = PeftModel.from_pretrained(base, config.init_adapter, is_trainable=True)
+    else:
+        lora = LoraConfig(r=config.lora_r, lora_alpha=config.lora_alpha, lora_dropout=config.lora_dropout,
+                          target_modules=targets, task_type="CAUSAL_LM")
+        torch.manual_seed(config.seed)  # LoRA A matrices are random: same seed, same start
+        model = get_peft_model(base, lora)
     # Name the base as the command line does (built-in name or absolute folder), so an adapter folder
     # alone says which model it belongs to (export-vllm and composition read this).
     name = model_name if model_name in ("smollm2-135m", "tiny-random") else str(Path(model_name).resolve())
