@@ -41,6 +41,10 @@ def test_bad_arguments_exit_2_with_a_fix(tmp_path):
     assert p.returncode == 2 and "scope" in p.stderr
     p = run(*train, "--efficiency", "lam=0.1")
     assert p.returncode == 2 and "--reward trace-efficiency" in p.stderr
+    p = run(*train, "--composed", str(tmp_path))
+    assert p.returncode == 2 and "composed.json" in p.stderr
+    p = run(*train, "--init-adapter", str(tmp_path))
+    assert p.returncode == 2 and "adapter_config.json" in p.stderr
     assert not (tmp_path / "t").exists()  # refused before any work
 
 

@@ -5,6 +5,9 @@ import copy
 import functools
 import json
 import shutil
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 import torch
@@ -324,3 +327,36 @@ def test_adapters_of_different_bases_are_refused(adapters, tmp_path):
         compose(base_model(), {"first": first, "other": other})
     with pytest.raises(AdapterError, match="reserved"):
         compose(base_model(), {"none": adapters["alpha"]})
+
+
+def test_gate_grpo_trains_only_the_routers_and_resumes(adapters, tmp_path):
+    from safetensors.torch import load_file
+    from toy_envs import ShortEnv
+
+    from trace_agents.compose.gate_grpo import train_gates_grpo
+    from trace_agents.training.grpo import GRPOConfig
+
+    start = composed(adapters, seed=3)
+    save_composed(start, tmp_path / "start")
+    (tmp_path / "start" / "task_router.json").write_text("{}")
+    frozen = {k: v.clone() for k, v in start.state_dict().items() if not k.startswith("routers.")}
+    cfg = GRPOConfig(steps=1, groups_per_step=2, group_size=4, max_new_tokens=6, max_steps=1, lr=5e-2, kl_coef=0.1,
+                     save_every=1)
+    out = tmp_path / "gates"
+    train_gates_grpo(ShortEnv, tmp_path / "start", out, cfg)
+    after_one = load_file(out / "composed" / "gates.safetensors")
+    # the command line resumes it at step 1 (same settings but the KL, which has no flag)
+    cli = subprocess.run([sys.executable, "-m", "trace_agents.cli", "train", "--env", str(Path(__file__).with_name("toy_envs.py")),
+                          "--model", "tiny-random", "--composed", str(tmp_path / "start"), "--out", str(out), "--steps", "2",
+                          "--groups", "2", "--group-size", "4", "--max-new-tokens", "6", "--max-steps", "1", "--lr", "0.05",
+                          "--save-every", "1"], capture_output=True, text=True, timeout=300)
+    assert cli.returncode == 0, cli.stderr
+    assert [json.loads(x)["step"] for x in (out / "metrics.jsonl").read_text().splitlines()] == [1, 2]
+    assert (out / "composed" / "task_router.json").exists()
+    trained, _ = load_composed(out / "composed", device="cpu")
+    before = start.routers.state_dict()
+    moved = [k for k, v in trained.routers.state_dict().items() if not torch.equal(v, before[k])]
+    assert moved and any(not torch.equal(v, after_one[k]) for k, v in trained.routers.state_dict().items())
+    for k, v in trained.state_dict().items():
+        if not k.startswith("routers."):
+            assert torch.equal(v, frozen[k]), k

@@ -373,12 +373,14 @@ def train_cmd(
     temperature: Optional[float] = typer.Option(None, "--temperature", help="Sampling temperature of the rollouts, > 0 (default 1.0)."),
     scale_rewards: Optional[str] = typer.Option(None, "--scale-rewards", help="group: (R - mean) / std (default) | none: R - mean, the paper's code (keeps the size of a reward discount)."),
     init_adapter: Optional[Path] = typer.Option(None, "--init-adapter", help="Start from this PEFT adapter folder instead of a fresh LoRA."),
+    composed: Optional[Path] = typer.Option(None, "--composed", help="Train the gates of this composed-model folder instead of an adapter (base and adapters frozen); writes OUT/composed."),
     save_every: Optional[int] = typer.Option(None, "--save-every", help="Checkpoint every N steps."),
     seed: Optional[int] = typer.Option(None, "--seed", help="Seed of task sampling and LoRA init."),
     resume: bool = typer.Option(True, "--resume/--no-resume", help="Continue from the latest checkpoint in --out."),
     device: Optional[str] = DeviceOpt,
 ):
-    """Train one LoRA adapter with GRPO on an environment (base model frozen)."""
+    """Train one LoRA adapter with GRPO on an environment (base model frozen), or with --composed the
+    gates of a composed model against it."""
     from trace_agents.envs.base import resolve_env
     from trace_agents.training.grpo import PRESETS, GRPOConfig, train
 
@@ -398,8 +400,14 @@ def train_cmd(
             EfficiencyReward(**config.efficiency)  # a bad key or value fails here, not after the first rollouts
         elif config.efficiency:
             raise ValueError("--efficiency needs --reward trace-efficiency")
+        if composed and init_adapter:
+            raise ValueError("--init-adapter starts an adapter; with --composed the composed folder is the start, drop one")
     except (TypeError, ValueError) as e:
         raise UsageError(f"{e} (flags: --steps, --group-size, --groups, --lr, --hint-fraction, --temperature, --scale-rewards, --save-every, --reward, --efficiency)") from None
+    if composed:
+        from trace_agents.compose import check_base
+
+        check_base(composed, model)
     make_env = resolve_env(env)
     with _progress() as bar:
         task = bar.add_task("GRPO", total=config.steps)
@@ -407,11 +415,18 @@ def train_cmd(
         def on_step(m):
             bar.update(task, completed=m["step"], description=f"GRPO reward {m['reward']:.3f} success {m['success']:.2f}")
 
-        summary = train(make_env, model, out, config, device=device, resume=resume, on_step=on_step)
+        if composed:
+            from trace_agents.compose.gate_grpo import train_gates_grpo
+
+            summary = train_gates_grpo(make_env, composed, out, config, device=device, resume=resume, on_step=on_step)
+        else:
+            summary = train(make_env, model, out, config, device=device, resume=resume, on_step=on_step)
     from trace_agents.training.curves import plot_curves
 
     plot_curves(out / "metrics.jsonl", out / "curves.png")
-    console.print(f"adapter saved to {summary['adapter']} after {summary['steps']} steps; curves in {out / 'curves.png'}")
+    what = "composed model" if composed else "adapter"
+    console.print(f"{what} saved to {summary['composed' if composed else 'adapter']} after {summary['steps']} steps; "
+                  f"curves in {out / 'curves.png'}")
 
 
 @app.command("compose")

@@ -33,6 +33,18 @@ def _base_model(folder) -> str | None:
     return json.loads(meta.read_text()).get("base_model")
 
 
+def check_base(folder, model: str | None) -> str | None:
+    """The base model a composed folder was built on; refuses a different --model."""
+    from pathlib import Path
+
+    from trace_agents.models import ModelError
+
+    base = _base_model(folder)
+    if model and base and model != base and Path(model).resolve() != Path(base).resolve():
+        raise ModelError(f"--composed {folder} was built on {base!r}, not --model {model!r}")
+    return base
+
+
 def load_composed_policy(folder, *, model: str | None = None, device: str | None = None, dtype: str = "float32",
                          batch_size: int = 16, router: str = "token"):
     """A rollout/serving policy over a composed-model folder. `model` (the CLI's --model) must name the
@@ -44,9 +56,7 @@ def load_composed_policy(folder, *, model: str | None = None, device: str | None
     from trace_agents.agent.policy import TransformersPolicy
     from trace_agents.models import ModelError
 
-    base = _base_model(folder)
-    if model and base and model != base and Path(model).resolve() != Path(base).resolve():
-        raise ModelError(f"--composed {folder} was built on {base!r}, not --model {model!r}")
+    base = check_base(folder, model)
     if router not in ("token", "task"):
         raise ModelError(f"--router {router!r}: choose token or task")
     composed, tok = load_composed(folder, device=device, dtype=dtype)

@@ -22,7 +22,7 @@ import shutil
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Literal
+from typing import Any, Callable, ContextManager, Literal
 
 import torch
 
@@ -202,8 +202,12 @@ def token_logprobs(model, ids: torch.Tensor, attn: torch.Tensor, keep: int) -> t
     return torch.log_softmax(logits, dim=-1).gather(-1, ids[:, -keep:].unsqueeze(-1)).squeeze(-1)
 
 
-def policy_update(model, optimizer, samples: list[Sample], config: GRPOConfig, pad_id: int) -> dict[str, float]:
-    """Clipped-surrogate GRPO update, loss averaged over every completion token of the step."""
+def policy_update(model, optimizer, samples: list[Sample], config: GRPOConfig, pad_id: int,
+                  reference: Callable[[], ContextManager] | None = None) -> dict[str, float]:
+    """Clipped-surrogate GRPO update, loss averaged over every completion token of the step.
+    `reference()` switches the model to the frozen reference of the KL term (default: PEFT's
+    adapter-disabled base)."""
+    reference = reference or model.disable_adapter
     device = next(model.parameters()).device
     batches = [_collate(b, pad_id, device) for b in micro_batches(samples, config.micro_batch, config.micro_tokens)]
     n_tokens = sum(float(b[2].sum()) for b in batches)
@@ -220,7 +224,7 @@ def policy_update(model, optimizer, samples: list[Sample], config: GRPOConfig, p
             a = adv.unsqueeze(1)
             per_token = -torch.min(ratio * a, torch.clamp(ratio, 1 - config.clip_eps, 1 + config.clip_eps) * a)
             if config.kl_coef > 0:
-                with torch.no_grad(), model.disable_adapter():
+                with torch.no_grad(), reference():
                     ref_lp = token_logprobs(model, ids, attn, mask.shape[1])
                 d = ref_lp - new_lp
                 kl = torch.exp(d) - d - 1  # k3 estimator: unbiased, always >= 0
@@ -239,14 +243,42 @@ def policy_update(model, optimizer, samples: list[Sample], config: GRPOConfig, p
 
 
 # ---- checkpoints ---------------------------------------------------------------------------------
-def save_checkpoint(folder: Path, model, optimizer, step: int, rng: random.Random, efficiency) -> None:
-    """Adapter + optimizer + RNG + step + reward state, written to a temporary folder and renamed:
-    a checkpoint folder either exists complete or not at all."""
+@dataclass
+class Trainee:
+    """What the loop trains: a model whose trainable parameters (requires_grad) are the only ones
+    that change, and how its trained weights go to and come back from a folder."""
+    model: Any
+    tokenizer: Any
+    name: str
+    save: Callable[[Path], None]
+    """Write the trained weights into a folder (a PEFT adapter, a composed model ...)."""
+    load: Callable[[Path], None]
+    """Read them back from such a folder into `model` (resume)."""
+    reference: Callable[[], ContextManager]
+    """Context in which `model` is the frozen reference of the KL term."""
+    artifact: str = "adapter"
+    """Name of that folder in checkpoints and in the run folder."""
+    share_prompts: bool = True
+    """Rollouts may prefill identical prompts once (see TransformersPolicy)."""
+
+
+def lora_trainee(model, tokenizer, name: str) -> Trainee:
+    from peft import set_peft_model_state_dict
+    from safetensors.torch import load_file
+
+    return Trainee(model, tokenizer, f"{name}+lora", save=model.save_pretrained,
+                   load=lambda d: set_peft_model_state_dict(model, load_file(d / "adapter_model.safetensors")),
+                   reference=model.disable_adapter)
+
+
+def save_checkpoint(folder: Path, trainee: Trainee, optimizer, step: int, rng: random.Random, efficiency) -> None:
+    """Trained weights + optimizer + RNG + step + reward state, written to a temporary folder and
+    renamed: a checkpoint folder either exists complete or not at all."""
     final = folder / f"step_{step:05d}"
     tmp = folder / f".tmp_step_{step:05d}"
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir(parents=True)
-    model.save_pretrained(tmp / "adapter")
+    trainee.save(tmp / trainee.artifact)
     torch.save({"optimizer": optimizer.state_dict(), "torch_rng": torch.get_rng_state()}, tmp / "state.pt")
     write_json(tmp / "train_state.json", {
         "step": step, "python_rng": _rng_to_json(rng), "reward_state": efficiency.state_dict() if efficiency else None,
@@ -262,11 +294,8 @@ def latest_checkpoint(folder: Path) -> Path | None:
     return done[-1] if done else None
 
 
-def load_checkpoint(path: Path, model, optimizer, rng: random.Random, efficiency) -> int:
-    from peft import set_peft_model_state_dict
-    from safetensors.torch import load_file
-
-    set_peft_model_state_dict(model, load_file(path / "adapter" / "adapter_model.safetensors"))
+def load_checkpoint(path: Path, trainee: Trainee, optimizer, rng: random.Random, efficiency) -> int:
+    trainee.load(path / trainee.artifact)
     state = torch.load(path / "state.pt", weights_only=False)
     optimizer.load_state_dict(state["optimizer"])
     torch.set_rng_state(state["torch_rng"])
@@ -322,24 +351,34 @@ def train(
     on_step: Callable[[dict], None] | None = None,
 ) -> dict:
     """Train one adapter; writes out/adapter (PEFT), out/metrics.jsonl, out/checkpoints, out/train.json."""
+    model, tok = make_lora_model(model_name, config, device)
+    return run_grpo(make_env, lora_trainee(model, tok, model_name), out, config, model_name=model_name,
+                    resume=resume, on_step=on_step)
+
+
+def run_grpo(make_env: Callable[[], Env], trainee: Trainee, out: str | Path, config: GRPOConfig, *, model_name: str,
+             resume: bool = True, on_step: Callable[[dict], None] | None = None) -> dict:
+    """The GRPO loop over any trainee; writes out/<artifact>, out/metrics.jsonl, out/checkpoints,
+    out/train.json."""
     from trace_agents.training.rewards import EfficiencyReward
 
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
-    model, tok = make_lora_model(model_name, config, device)
+    model, tok = trainee.model, trainee.tokenizer
     optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=config.lr, weight_decay=0.0)
     efficiency = EfficiencyReward(**config.efficiency) if config.reward == "trace-efficiency" else None
     rng = random.Random(config.seed)
     step = 0
     ckpt = latest_checkpoint(out / "checkpoints") if resume else None
     if ckpt:
-        step = load_checkpoint(ckpt, model, optimizer, rng, efficiency)
+        step = load_checkpoint(ckpt, trainee, optimizer, rng, efficiency)
     metrics_path = out / "metrics.jsonl"
     _truncate_metrics(metrics_path, step)
     write_json(out / "config.json", {"model": model_name, "env": make_env().name, **asdict(config)})
 
     board = _tensorboard(out / "tensorboard")
-    policy = TransformersPolicy(model, tok, name=f"{model_name}+lora", batch_size=config.group_size * config.groups_per_step)
+    policy = TransformersPolicy(model, tok, name=trainee.name, batch_size=config.group_size * config.groups_per_step,
+                                share_prompts=trainee.share_prompts)
     train_seeds = make_env().seeds("train")
     hint_samples = round(config.hint_fraction * config.group_size)
     started = time.time()
@@ -354,7 +393,7 @@ def train(
         advantages, dropped = group_advantages(rewards, config.group_size, config.scale_rewards)
         samples = build_samples(tok, trajs, advantages)
         model.train()
-        stats = policy_update(model, optimizer, samples, config, tok.pad_token_id) if samples else {"loss": 0.0, "clip_fraction": 0.0, "kl": 0.0, "tokens": 0}
+        stats = policy_update(model, optimizer, samples, config, tok.pad_token_id, trainee.reference) if samples else {"loss": 0.0, "clip_fraction": 0.0, "kl": 0.0, "tokens": 0}
         step += 1
         if efficiency is not None and step % config.epoch_steps == 0:
             efficiency.end_epoch()
@@ -367,13 +406,14 @@ def train(
         if on_step:
             on_step(record)
         if step % config.save_every == 0 or step == config.steps:
-            save_checkpoint(out / "checkpoints", model, optimizer, step, rng, efficiency)
+            save_checkpoint(out / "checkpoints", trainee, optimizer, step, rng, efficiency)
     board.close()
     final = latest_checkpoint(out / "checkpoints")
-    if final is not None:  # the adapter of the last checkpoint is the result
-        shutil.rmtree(out / "adapter", ignore_errors=True)
-        shutil.copytree(final / "adapter", out / "adapter")
-    summary = {"steps": step, "seconds_this_run": round(time.time() - started, 1), "adapter": str(out / "adapter")}
+    if final is not None:  # the weights of the last checkpoint are the result
+        shutil.rmtree(out / trainee.artifact, ignore_errors=True)
+        shutil.copytree(final / trainee.artifact, out / trainee.artifact)
+    summary = {"steps": step, "seconds_this_run": round(time.time() - started, 1),
+               trainee.artifact: str(out / trainee.artifact)}
     write_json(out / "train.json", summary)
     return summary
 
