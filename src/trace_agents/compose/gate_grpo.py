@@ -4,10 +4,10 @@ routers are the only trainable parameters.
 
 The loop is training/grpo.py's (groups of one seed, masking, clipping, checkpoints that resume);
 only the trainee differs. Gradient reaches a router through the straight-through scale
-p_e / stopgrad(p_e) of the expert each token took (compose/model.py): a token with a positive
-advantage raises the probability of its expert, a negative one lowers it. Tokens routed to "none"
-have no delta to scale, so they carry no gradient (as in Switch routing). The KL reference is the
-base alone (every token forced to "none").
+p_e / stopgrad(p_e) of the expert each token took (compose/model.py): p_e rises where turning that
+expert's delta up would make a positive-advantage completion likelier (or a negative one less
+likely), and falls otherwise. Tokens routed to "none" have no delta to scale, so they carry no
+gradient (as in Switch routing). The KL reference is the base alone (every token forced to "none").
 """
 
 from __future__ import annotations

@@ -1,5 +1,6 @@
 """GRPO on a LoRA adapter over any Env: multi-turn episodes, groups of G rollouts of the same seed,
 the base model frozen. Reads top to bottom: config, rollouts, rewards, advantages, samples, loss,
+what trains (a Trainee: a LoRA adapter here, a composed model's gates in compose/gate_grpo.py),
 checkpoints, the loop.
 
 Why not TRL's GRPOTrainer (1.16, see DESIGN.md §10): its tool loop parses calls only for
@@ -242,7 +243,7 @@ def policy_update(model, optimizer, samples: list[Sample], config: GRPOConfig, p
     return stats
 
 
-# ---- checkpoints ---------------------------------------------------------------------------------
+# ---- what trains ---------------------------------------------------------------------------------
 @dataclass
 class Trainee:
     """What the loop trains: a model whose trainable parameters (requires_grad) are the only ones
@@ -271,6 +272,7 @@ def lora_trainee(model, tokenizer, name: str) -> Trainee:
                    reference=model.disable_adapter)
 
 
+# ---- checkpoints ---------------------------------------------------------------------------------
 def save_checkpoint(folder: Path, trainee: Trainee, optimizer, step: int, rng: random.Random, efficiency) -> None:
     """Trained weights + optimizer + RNG + step + reward state, written to a temporary folder and
     renamed: a checkpoint folder either exists complete or not at all."""
