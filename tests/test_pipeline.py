@@ -10,7 +10,7 @@ def _config(tmp_path, **training):
     cfg = {"run_dir": str(tmp_path / "run"), "model": "tiny-random", "target": "bfcl/multiple",
            "analysis": {"runs": 2, "rollout_limit": 4}, "synthesis": {"calibrate": False},
            "training": {"steps": 1, "group_size": 2, "groups_per_step": 1, **training},
-           "compose": {"gate_steps": 2, "gate_trajectories": 2},
+           "compose": {"gate_steps": 2, "gate_trajectories": 2, "gate_grpo_steps": 1},
            "evaluation": {"max_new_tokens": 8, "limit": 2, "single_adapters": True}}
     path = tmp_path / "run.json"
     path.write_text(json.dumps(cfg))
@@ -30,7 +30,14 @@ def test_stages_run_then_resume_skips_and_a_change_reruns_downstream(first_run):
     tmp_path, logs, summary, _ = first_run
     logs = list(logs)
     # every rollout of a random model fails, so lacking the format concentrates in failures
-    assert summary["capabilities"] and summary["rollouts_per_system"] == 2 * len(summary["capabilities"])
+    # 2 rollouts per adapter step and per gate-GRPO step; the task router spends no gate rollouts
+    assert summary["capabilities"] and summary["rollouts_per_system"] == 2 * len(summary["capabilities"]) + 2
+    compose = tmp_path / "run" / "06_compose"
+    assert (compose / "gate_grpo" / "metrics.jsonl").read_text().count("\n") == 1
+    fitted, trained = compose / "composed" / "gates.safetensors", compose / "gate_grpo" / "composed" / "gates.safetensors"
+    # the trained gates replaced the fitted ones (a random model's groups all fail, so compare the
+    # file the copy carries over, not only the weights)
+    assert fitted.read_bytes() == trained.read_bytes() and fitted.stat().st_mtime == trained.stat().st_mtime
     assert [m for m in logs if m.endswith("skipped")] == [] and len([m for m in logs if m.endswith("running")]) == 7
     stamps = {p.name: p.stat().st_mtime for p in (tmp_path / "run").iterdir()}
     logs.clear()
@@ -44,6 +51,8 @@ def test_stages_run_then_resume_skips_and_a_change_reruns_downstream(first_run):
     assert "switches_per_trajectory" in routing["composed"] and "episodes_share" in routing["task_router"]
     assert routing["base"] is None
     assert all(r["n"] == 2 for r in table["systems"]) and set(table["p_values"]) >= {"composed_vs_base", "composed_vs_grpo"}
+    spent = {r["system"]: r["rollouts_spent"] for r in table["systems"]}
+    assert spent["grpo"] == spent["composed"] == spent["task_router"] + 2
     logs.clear()
     run_pipeline(_config(tmp_path, steps=2), log=logs.append)
     assert [m.split("]")[0][1:] for m in logs if m.endswith("running")] == ["adapters", "grpo_baseline", "compose", "evaluation"]

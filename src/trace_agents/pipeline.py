@@ -64,6 +64,9 @@ class ComposeCfg(_Cfg):
     gate_trajectories: int = Field(64, ge=1, description="Reference trajectories per capability env (gates, task router).")
     task_router: bool = Field(True, description="Fit the task-level router too (evaluated as system task_router).")
     top_p: float = Field(0.5, gt=0, le=1)
+    gate_grpo_steps: int = Field(0, ge=0, description="GRPO steps on the gates only, against the target's train split, "
+                                 "after the fit (0: none). Their rollouts count in TRACE's budget, so the GRPO baseline gets them too.")
+    gate_grpo_lr: float = Field(1e-3, gt=0, description="Learning rate of gate GRPO.")
 
 
 class EvaluationCfg(_Cfg):
@@ -236,7 +239,8 @@ def run_pipeline(config: RunConfig, resume: bool = True, log: Callable[[str], No
             _train(resolve_env(str(module)), model, d / name, config.training, 8, lambda m: log(f"[adapters] {name} {m}"))
 
     adapters_dir = stages.run("adapters", [config.training, sorted(envs)], adapters)
-    spent = _rollouts_spent(config.training) * len(envs)
+    adapters_spent = _rollouts_spent(config.training) * len(envs)
+    spent = adapters_spent + _rollouts_spent(config.training, config.compose.gate_grpo_steps)
 
     def grpo_baseline(d: Path) -> None:
         # Same total rollouts as TRACE spent over all its adapters, all on the target's train split.
@@ -255,9 +259,13 @@ def run_pipeline(config: RunConfig, resume: bool = True, log: Callable[[str], No
         build(model, adapter_dirs, {n: str(p) for n, p in envs.items()}, d / "composed", router=c.router, decide=c.decide,
               gate_steps=c.gate_steps, gate_trajectories=c.gate_trajectories, task_router=c.task_router,
               top_p=c.top_p, definitions=definitions_from(analysis_dir / "capabilities.json"), log=log)
+        if c.gate_grpo_steps:
+            _train_gates(make_target, d / "composed", d / "gate_grpo", config.training, c, max_steps,
+                         lambda m: log(f"[compose] gate GRPO {m}"))
 
     compose_dir = stages.run("compose", config.compose, composition)
-    systems = _systems(config, model, adapter_dirs, baseline_dir / "grpo" / "adapter", compose_dir / "composed", spent)
+    systems = _systems(config, model, adapter_dirs, baseline_dir / "grpo" / "adapter", compose_dir / "composed", spent,
+                       adapters_spent)
     table = stages.run("evaluation", [config.evaluation, sorted(systems)],
                        lambda d: evaluate_systems(systems, make_target, d, config.evaluation, max_steps, log))
     summary = {"model": model, "target": config.target, "capabilities": sorted(envs), "rollouts_per_system": spent,
@@ -270,15 +278,16 @@ def run_pipeline(config: RunConfig, resume: bool = True, log: Callable[[str], No
 
 # ---- evaluation ----------------------------------------------------------------------------------
 def _systems(config: RunConfig, model: str, adapters: dict[str, Path], grpo: Path, composed: Path,
-             spent: int) -> dict[str, dict[str, Any]]:
-    """System name -> make_policy arguments and the training rollouts it cost."""
+             spent: int, adapters_spent: int) -> dict[str, dict[str, Any]]:
+    """System name -> make_policy arguments and the training rollouts it cost (the task router uses
+    no gate GRPO rollouts)."""
     per_adapter = _rollouts_spent(config.training)
     systems: dict[str, dict[str, Any]] = {"base": {"rollouts": 0}, "grpo": {"adapter": str(grpo), "rollouts": spent}}
     if config.evaluation.single_adapters:
         systems.update({f"adapter:{n}": {"adapter": str(p), "rollouts": per_adapter} for n, p in adapters.items()})
     systems["composed"] = {"composed": str(composed), "router": "token", "rollouts": spent}
     if config.compose.task_router:
-        systems["task_router"] = {"composed": str(composed), "router": "task", "rollouts": spent}
+        systems["task_router"] = {"composed": str(composed), "router": "task", "rollouts": adapters_spent}
     return {name: {"model": model, **s} for name, s in systems.items()}
 
 
@@ -328,16 +337,39 @@ def _valid_envs(synthesis_dir: Path, limit: int) -> dict[str, Path]:
     return {n: synthesis_dir / p.name for n, p in list(ok.items())[:limit]}
 
 
-def _rollouts_spent(t: TrainingCfg) -> int:
-    return t.steps * t.group_size * t.groups_per_step
+def _rollouts_spent(t: TrainingCfg, steps: int | None = None) -> int:
+    return (t.steps if steps is None else steps) * t.group_size * t.groups_per_step
+
+
+def _grpo_config(t: TrainingCfg, max_steps: int, **changes):
+    from trace_agents.training.grpo import PRESETS, GRPOConfig
+
+    optional = {k: v for k, v in (("lr", t.lr), ("max_new_tokens", t.max_new_tokens)) if v is not None}
+    return GRPOConfig(**{**PRESETS[t.preset], "steps": t.steps, "group_size": t.group_size,
+                         "groups_per_step": t.groups_per_step, "reward": t.reward,
+                         "hint_fraction": t.hint_fraction, "max_steps": max_steps, **optional, **changes})
+
+
+def _step_line(steps: int) -> Callable[[dict], str]:
+    return lambda m: f"step {m['step']}/{steps} reward {m['reward']:.3f} success {m['success']:.2f} ({m['seconds']:.0f}s)"
 
 
 def _train(make_env, model: str, out: Path, t: TrainingCfg, max_steps: int, log: Callable[[str], None]) -> None:
-    from trace_agents.training.grpo import PRESETS, GRPOConfig, train
+    from trace_agents.training.grpo import train
 
-    optional = {k: v for k, v in (("lr", t.lr), ("max_new_tokens", t.max_new_tokens)) if v is not None}
-    config = GRPOConfig(**{**PRESETS[t.preset], "steps": t.steps, "group_size": t.group_size,
-                           "groups_per_step": t.groups_per_step, "reward": t.reward,
-                           "hint_fraction": t.hint_fraction, "max_steps": max_steps, **optional})
-    train(make_env, model, out, config, on_step=lambda m: log(
-        f"step {m['step']}/{config.steps} reward {m['reward']:.3f} success {m['success']:.2f} ({m['seconds']:.0f}s)"))
+    config = _grpo_config(t, max_steps)
+    line = _step_line(config.steps)
+    train(make_env, model, out, config, on_step=lambda m: log(line(m)))
+
+
+def _train_gates(make_target, composed: Path, out: Path, t: TrainingCfg, c: ComposeCfg, max_steps: int,
+                 log: Callable[[str], None]) -> None:
+    """GRPO on the fitted gates against the target (its train split; no hint), then the trained gates
+    replace the fitted ones in `composed`."""
+    from trace_agents.compose.gate_grpo import train_gates_grpo
+    from trace_agents.compose.model import GATES_FILE
+
+    config = _grpo_config(t, max_steps, steps=c.gate_grpo_steps, lr=c.gate_grpo_lr, hint_fraction=0.0)
+    line = _step_line(config.steps)
+    train_gates_grpo(make_target, composed, out, config, on_step=lambda m: log(line(m)))
+    shutil.copy2(out / "composed" / GATES_FILE, composed / GATES_FILE)
