@@ -243,7 +243,7 @@ def run_pipeline(config: RunConfig, resume: bool = True, log: Callable[[str], No
     spent = adapters_spent + _rollouts_spent(config.training, config.compose.gate_grpo_steps)
 
     def grpo_baseline(d: Path) -> None:
-        # Same total rollouts as TRACE spent over all its adapters, all on the target's train split.
+        # Same total rollouts as TRACE spent over all its adapters (and gate GRPO), all on the target's train split.
         t = config.training
         steps = max(1, round(spent / (t.group_size * t.groups_per_step)))
         _train(make_target, model, d / "grpo", t.model_copy(update={"steps": steps, "hint_fraction": 0.0}), max_steps,
