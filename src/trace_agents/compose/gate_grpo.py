@@ -12,20 +12,19 @@ gradient (as in Switch routing). The KL reference is the base alone (every token
 
 from __future__ import annotations
 
+import functools
 import shutil
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Callable
 
-from trace_agents.compose.model import GATES_FILE, NONE, load_composed, save_composed
+from trace_agents.compose.model import NONE, load_composed, load_gates, save_composed
 from trace_agents.compose.task_router import ROUTER_CONFIG
 from trace_agents.envs.base import Env
 from trace_agents.training.grpo import GRPOConfig, Trainee, run_grpo
 
 
 def composed_trainee(folder: str | Path, device: str | None = None) -> Trainee:
-    from safetensors.torch import load_file
-
     folder = Path(folder)
     model, tok = load_composed(folder, device=device)
     model.requires_grad_(False)
@@ -35,9 +34,6 @@ def composed_trainee(folder: str | Path, device: str | None = None) -> Trainee:
         save_composed(model, out)
         if (folder / ROUTER_CONFIG).exists():  # keep the task router: the folder stays a whole composed model
             shutil.copy2(folder / ROUTER_CONFIG, out / ROUTER_CONFIG)
-
-    def load(src: Path) -> None:
-        model.routers.load_state_dict(load_file(str(src / GATES_FILE)))
 
     @contextmanager
     def base_only():
@@ -49,8 +45,8 @@ def composed_trainee(folder: str | Path, device: str | None = None) -> Trainee:
             model.force_expert(before)
 
     # no shared prefill: causal-mean routing keeps running sums per row across decode steps
-    return Trainee(model, tok, f"{model.base_model_name}+composed", save=save, load=load, reference=base_only,
-                   artifact="composed", share_prompts=False)
+    return Trainee(model, tok, f"{model.base_model_name}+composed", save=save, load=functools.partial(load_gates, model),
+                   reference=base_only, artifact="composed", share_prompts=False)
 
 
 def train_gates_grpo(make_env: Callable[[], Env], composed: str | Path, out: str | Path, config: GRPOConfig, *,

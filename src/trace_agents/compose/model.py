@@ -315,8 +315,6 @@ def save_composed(model: ComposedModel, folder: str | Path) -> Path:
 
 def load_composed(folder: str | Path, device: str | None = None, dtype: str = "float32"):
     """(composed model, tokenizer) rebuilt from a folder written by `save_composed`."""
-    from safetensors.torch import load_file
-
     folder = Path(folder)
     path = folder / CONFIG_FILE
     if not path.exists():
@@ -329,10 +327,17 @@ def load_composed(folder: str | Path, device: str | None = None, dtype: str = "f
         raise ValueError(f"{path}: field 'experts' {meta['experts']} does not match 'adapters' {list(adapters)}")
     config = ComposeConfig(**{k: meta[k] for k in ("router", "gate_scale", "kernel", "gather_max_tokens", "decide") if k in meta})
     model, tok = build_composed(meta["base_model"], adapters, device=device, dtype=dtype, config=config)
-    state = load_file(str(folder / GATES_FILE))
-    try:
-        model.routers.load_state_dict(state)
-    except RuntimeError as e:
-        raise ValueError(f"{folder / GATES_FILE} does not fit this model's routers: {e}") from None
+    load_gates(model, folder)
     model.eval()
     return model, tok
+
+
+def load_gates(model: ComposedModel, folder: str | Path) -> None:
+    """Router weights from a composed folder (or a gate-GRPO checkpoint) into `model`."""
+    from safetensors.torch import load_file
+
+    path = Path(folder) / GATES_FILE
+    try:
+        model.routers.load_state_dict(load_file(str(path)))
+    except RuntimeError as e:
+        raise ValueError(f"{path} does not fit this model's routers: {e}") from None
