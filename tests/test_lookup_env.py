@@ -97,3 +97,20 @@ def test_known_ids_state_the_id_make_the_lookup_unneeded_and_leave_old_tasks_alo
     assert 0.3 < share / sum(len(generate_task(s, 1.0).actions) for s in range(60)) < 0.7
     with pytest.raises(ValueError, match="known_ids"):
         LookupThenActEnv(known_ids=2)
+
+
+def test_rejected_actions_free_lets_a_retry_succeed_with_the_wasted_call_counted():
+    strict, free = LookupThenActEnv(0.0), LookupThenActEnv(0.0, rejected_actions="free")
+    for env in (strict, free):
+        env.reset(5)
+        lookup, action = env.reference()[0]
+        guessed = (action[0], {**action[1], next(iter(action[1])): "no-such-id"})
+        assert play(env, [[guessed], [lookup], [action]])[0] == "Error: unknown id."
+    assert strict.verdict().details["failure"] == "extra_call"  # the rejected guess is judged ...
+    assert free.verdict().success and free.verdict().details["actions"] == [{"name": action[0], "arguments": action[1]}]
+    # ... a wrong action the env accepted is still judged under "free"
+    free.reset(5)
+    play(free, [[lookup], [(action[0], {**action[1], **{k: "?" for k in list(action[1])[1:]}})], [action]])
+    assert not free.verdict().success
+    with pytest.raises(ValueError, match="rejected_actions"):
+        LookupThenActEnv(rejected_actions="ignore")

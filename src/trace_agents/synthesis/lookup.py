@@ -22,6 +22,10 @@ and 1 + round(2·d) unused domains offered.
 carry ids from earlier turns, and an agent trained only on lookup-then-act looks them up anyway; it
 is the setting where successes carry calls the efficiency reward can cut. It draws from its own
 random stream, so tasks at known_ids=0 are those of earlier versions.
+`rejected_actions` ("fail", default, or "free"): whether an action the env rejected (an unknown id)
+still counts as an extra call. "free" judges like BFCL multi-turn's state-based checker: a call that
+changed nothing is not scored, so guessing an id, reading the error, looking it up and retrying
+still succeeds — with wasted calls the verifier does not see and the efficiency reward does.
 Seeds: train 0..99,999, test 1,000,000..1,000,999; a task is a pure function of (seed, difficulty,
 known_ids).
 """
@@ -165,7 +169,11 @@ class LookupThenActEnv:
 
     capability = "lookup_then_act"
 
-    def __init__(self, difficulty: float = 0.0, max_steps: int = 6, known_ids: float = 0.0):
+    def __init__(self, difficulty: float = 0.0, max_steps: int = 6, known_ids: float = 0.0,
+                 rejected_actions: str = "fail"):
+        if rejected_actions not in ("fail", "free"):
+            raise ValueError(f"rejected_actions must be 'fail' or 'free', got {rejected_actions!r}")
+        self.rejected_actions = rejected_actions
         for field, value in (("difficulty", difficulty), ("known_ids", known_ids)):
             if isinstance(value, bool) or not 0.0 <= float(value) <= 1.0:
                 raise ValueError(f"{field} must be a number between 0 and 1, got {value!r}")
@@ -224,10 +232,11 @@ class LookupThenActEnv:
                 field = next(d.id_field for d in DOMAINS if d.lookup == name)
                 return json.dumps({field: records[value.lower()]})
             return f"Error: no record matches {json.dumps(args)}."
-        self.actions.append((name, args))
         known = {i for r in self.task.records.values() for i in r.values()}
         # the agent may send any JSON (lists, objects): only a string can be an id
         ok = any(isinstance(v, str) and v in known for v in args.values())
+        if ok or self.rejected_actions == "fail":
+            self.actions.append((name, args))
         return json.dumps({"status": "ok"}) if ok else "Error: unknown id."
 
     def step(self, message: Message) -> Step:
