@@ -36,7 +36,7 @@ import copy
 import json
 import random
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 from trace_agents.agent.format import function_doc, to_openai_tool
 from trace_agents.envs.base import Split, Step
@@ -170,7 +170,7 @@ class LookupThenActEnv:
     capability = "lookup_then_act"
 
     def __init__(self, difficulty: float = 0.0, max_steps: int = 6, known_ids: float = 0.0,
-                 rejected_actions: str = "fail"):
+                 rejected_actions: Literal["fail", "free"] = "fail"):
         if rejected_actions not in ("fail", "free"):
             raise ValueError(f"rejected_actions must be 'fail' or 'free', got {rejected_actions!r}")
         self.rejected_actions = rejected_actions
