@@ -12,7 +12,6 @@ env's hint, with the hint shown to every rollout, or both. Env keyword arguments
 from __future__ import annotations
 
 import argparse
-import ast
 import collections
 import json
 
@@ -20,7 +19,7 @@ import json
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--env", required=True)
-    ap.add_argument("--env-arg", action="append", default=[], metavar="K=V")
+    ap.add_argument("--env-arg", action="append", default=[], metavar="K=V", help="e.g. rejected_actions=free known_ids=1")
     ap.add_argument("--model", default="runs/warmed")
     ap.add_argument("--adapter")
     ap.add_argument("--seeds", type=int, default=8, help="Train seeds (the first N of the train split).")
@@ -33,9 +32,10 @@ def main() -> None:
 
     from trace_agents.agent.policy import Sampling, make_policy
     from trace_agents.agent.rollout import rollout
+    from trace_agents.cli import keyword_args
     from trace_agents.envs.base import resolve_env
 
-    env_kwargs = {k: ast.literal_eval(v) for k, v in (a.split("=", 1) for a in args.env_arg)}
+    env_kwargs = keyword_args(args.env_arg, "--env-arg")  # the parser of `train --efficiency`
     make_env = resolve_env(args.env, **env_kwargs)
     policy = make_policy(args.model, adapter=args.adapter)
     seeds = make_env().seeds("train")[: args.seeds]

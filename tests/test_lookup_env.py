@@ -99,7 +99,7 @@ def test_known_ids_state_the_id_make_the_lookup_unneeded_and_leave_old_tasks_alo
         LookupThenActEnv(known_ids=2)
 
 
-def test_rejected_actions_free_lets_a_retry_succeed_with_the_wasted_call_counted():
+def test_rejected_actions_free_lets_a_retry_after_a_rejected_guess_succeed():
     strict, free = LookupThenActEnv(0.0), LookupThenActEnv(0.0, rejected_actions="free")
     for env in (strict, free):
         env.reset(5)

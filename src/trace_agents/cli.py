@@ -393,7 +393,7 @@ def train_cmd(
         init_adapter=str(init_adapter) if init_adapter else None,
     ).items() if v is not None}
     try:
-        config = GRPOConfig(**{**PRESETS[preset], **overrides, "reward": reward, "efficiency": _efficiency_args(efficiency)})
+        config = GRPOConfig(**{**PRESETS[preset], **overrides, "reward": reward, "efficiency": keyword_args(efficiency, "--efficiency")})
         if config.reward == "trace-efficiency":
             from trace_agents.training.rewards import EfficiencyReward
 
@@ -465,10 +465,11 @@ def compose_cmd(
                   f"task router accuracy {(summary.get('task_router') or {}).get('accuracy', float('nan')):.3f}")
 
 
-def _efficiency_args(items: list[str]) -> dict[str, Any]:
-    """--efficiency KEY=VALUE pairs; values are read as JSON (numbers, null) or else kept as text."""
+def keyword_args(items: list[str], flag: str) -> dict[str, Any]:
+    """KEY=VALUE pairs of a repeated option (e.g. --efficiency); values are read as JSON (numbers,
+    null) or else kept as text."""
     out: dict[str, Any] = {}
-    for key, text in _pairs(items, "--efficiency").items():
+    for key, text in _pairs(items, flag).items():
         try:
             out[key] = json.loads(text)
         except json.JSONDecodeError:
