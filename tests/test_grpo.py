@@ -11,8 +11,8 @@ import pytest
 import torch
 from toy_envs import ShortEnv
 
-from trace_agents.training.grpo import (GRPOConfig, Sample, _collate, build_samples, group_advantages, micro_batches,
-                                        policy_update, token_logprobs, train)
+from trace_agents.training.grpo import (GRPOConfig, Sample, _collate, build_samples, episode_turns, group_advantages,
+                                        micro_batches, pack_turns, policy_update, token_logprobs, train)
 from trace_agents.types import FunctionCall, Message, ToolCall, Trajectory
 
 TOY = str(Path(__file__).with_name("toy_envs.py"))
@@ -70,25 +70,66 @@ def test_micro_batches_respect_rows_and_tokens_and_keep_every_sample():
     assert [len(b) for b in batches] == [3, 1, 1, 1, 1]  # 8, 9, 10, then 11 would make 4 rows; 33+ go alone
 
 
-def test_gradient_does_not_depend_on_micro_batching():
+def _sgd_step(samples: list[Sample], rows: int, tokens: int) -> torch.Tensor:
+    """Minus the (clipped) gradient of one policy update on a tiny LoRA model, fixed init."""
     from peft import LoraConfig, get_peft_model
 
     from trace_agents.models import load_model
 
-    grads = []  # one SGD step each, batched in one go vs one sample at a time
-    for rows, tokens in ((8, 10_000), (1, 1)):
-        torch.manual_seed(0)
-        model = get_peft_model(load_model("tiny-random", device="cpu")[0], LoraConfig(r=4, target_modules=["q_proj", "v_proj"]))
-        for n, p in model.named_parameters():
-            if "lora_B" in n:
-                torch.nn.init.normal_(p, std=0.1)  # B = 0 at init: A would get no gradient
-        samples = [Sample([5, 6, 7, 8], [9, 10], 1.0), Sample([5, 6], [11, 12, 13], -1.0), Sample([3] * 9, [4], 0.5)]
-        trainable = [p for p in model.parameters() if p.requires_grad]
-        before = torch.cat([p.detach().flatten() for p in trainable])
-        opt = torch.optim.SGD(trainable, lr=1.0)  # the step is minus the (clipped) gradient
-        policy_update(model, opt, samples, GRPOConfig(micro_batch=rows, micro_tokens=tokens), pad_id=0)
-        grads.append(before - torch.cat([p.detach().flatten() for p in trainable]))
-    assert grads[0].abs().sum() > 0 and torch.allclose(grads[0], grads[1], atol=1e-5)
+    torch.manual_seed(0)
+    model = get_peft_model(load_model("tiny-random", device="cpu")[0], LoraConfig(r=4, target_modules=["q_proj", "v_proj"]))
+    for n, p in model.named_parameters():
+        if "lora_B" in n:
+            torch.nn.init.normal_(p, std=0.1)  # B = 0 at init: A would get no gradient
+    trainable = [p for p in model.parameters() if p.requires_grad]
+    before = torch.cat([p.detach().flatten() for p in trainable])
+    opt = torch.optim.SGD(trainable, lr=1.0)
+    policy_update(model, opt, samples, GRPOConfig(micro_batch=rows, micro_tokens=tokens), pad_id=0)
+    return before - torch.cat([p.detach().flatten() for p in trainable])
+
+
+def test_gradient_does_not_depend_on_micro_batching():
+    samples = lambda: [Sample([5, 6, 7, 8], [9, 10], 1.0), Sample([5, 6], [11, 12, 13], -1.0), Sample([3] * 9, [4], 0.5)]
+    together, alone = _sgd_step(samples(), 8, 10_000), _sgd_step(samples(), 1, 1)
+    assert together.abs().sum() > 0 and torch.allclose(together, alone, atol=1e-5)
+
+
+# turn 2's prompt extends turn 1's prompt + sampled ids (30, 31) by a tool result (40, 41); turn 3's
+# prompt does not extend turn 2's (the template re-rendered the reply as 32, 99, not 32, 33)
+TURNS = [([5, 6, 7], [30, 31]), ([5, 6, 7, 30, 31, 40, 41], [32, 33]), ([5, 6, 7, 30, 31, 40, 41, 32, 99, 42], [34])]
+
+
+def test_turns_pack_only_where_the_next_prompt_extends_the_sampled_sequence():
+    first, second = pack_turns(TURNS, 0.5)
+    assert first.prompt_ids == [5, 6, 7] and first.completion_ids == [30, 31, 40, 41, 32, 33]
+    assert first.scored == [1, 1, 0, 0, 1, 1]  # the tool result carries no loss
+    assert second.prompt_ids == TURNS[2][0] and second.completion_ids == [34] and second.scored is None
+    ids, attn, mask, _ = _collate([first, second], 0, "cpu")
+    assert mask.tolist() == [[1, 1, 0, 0, 1, 1], [0, 0, 0, 0, 0, 1]]
+
+
+def test_packed_turns_give_the_same_gradient_as_one_sample_per_turn():
+    packed = pack_turns(TURNS, 1.0) + pack_turns(TURNS[:2], -1.0)
+    per_turn = [Sample(p, c, 1.0) for p, c in TURNS] + [Sample(p, c, -1.0) for p, c in TURNS[:2]]
+    assert len(packed) == 3 and len(per_turn) == 5
+    got, want = _sgd_step(packed, 8, 10_000), _sgd_step(per_turn, 8, 10_000)
+    assert want.abs().sum() > 0 and torch.allclose(got, want, atol=1e-5)
+
+
+def test_a_reply_the_template_renders_as_sampled_packs_with_the_next_turn(tiny):
+    _, tok = tiny
+    traj = _traj(None)
+    chat = [m.to_chat() for m in traj.messages]
+    render = lambda n, gen: tok(tok.apply_chat_template(chat[:n], tokenize=False, add_generation_prompt=gen),
+                                add_special_tokens=False)["input_ids"]
+    p1, p2 = render(1, True), render(3, True)
+    eot = tok.convert_tokens_to_ids("<|im_end|>")
+    sampled = p2[len(p1) : p2.index(eot, len(p1)) + 1]  # the reply's ids as the template renders them
+    traj.info["completion_ids"] = [sampled, [13, 2]]
+    assert [len(c) for _, c in episode_turns(tok, traj)] == [len(sampled), 2]
+    (sample,) = build_samples(tok, [traj], [1.0])
+    assert sample.prompt_ids == p1 and sum(sample.scored) == len(sampled) + 2
+    assert len(build_samples(tok, [traj], [1.0], pack=False)) == 2
 
 
 def test_training_changes_only_lora_weights_and_saves_a_peft_adapter(tmp_path):

@@ -9,9 +9,10 @@ our stateful envs), and a hint added while sampling cannot be removed before the
 below keeps what matters from it: group-normalised advantages, the clipped surrogate, token-level
 loss aggregation (DAPO-style, TRL's default), an optional k3 KL to the adapter-disabled base.
 
-Exactness choices: every assistant turn is one training sample (prompt exactly as rendered while
-sampling, minus any hint; completion = the sampled token ids), so log-probabilities are computed on
-the tokens that were actually sampled, never on a re-tokenisation of the parsed reply.
+Exactness choices: every assistant turn is scored with its prompt exactly as rendered while
+sampling (minus any hint) and the sampled token ids, so log-probabilities are computed on the tokens
+that were actually sampled, never on a re-tokenisation of the parsed reply. Consecutive turns of an
+episode share one sample (one forward) only where that is exact: see `pack_turns`.
 """
 
 from __future__ import annotations
@@ -144,23 +145,54 @@ def group_advantages(rewards: list[float], group_size: int, scale: str = "group"
 class Sample:
     prompt_ids: list[int]
     completion_ids: list[int]
+    """Everything scored after the prompt: the sampled ids, and for packed turns also the tokens the
+    env or user added between them."""
     advantage: float
+    scored: list[int] | None = None
+    """Per completion token: 1 if sampled (carries loss), 0 if added between packed turns. None: all 1."""
 
 
-def build_samples(tokenizer, trajs: list[Trajectory], advantages: list[float | None]) -> list[Sample]:
-    """One sample per assistant turn of every kept rollout: the prompt rendered exactly as during
-    sampling but without the hint (trajectories store unhinted messages), and the sampled ids."""
+def episode_turns(tokenizer, traj: Trajectory) -> list[tuple[list[int], list[int]]]:
+    """(prompt ids, sampled ids) of every assistant turn: the prompt rendered exactly as during
+    sampling but without the hint (trajectories store unhinted messages)."""
+    chat = [m.to_chat() for m in traj.messages]
+    turns = [i for i, m in enumerate(traj.messages) if m.role == "assistant"]
+    out = []
+    for i, ids in zip(turns, traj.info.get("completion_ids", [])):
+        if ids:
+            prompt = tokenizer.apply_chat_template(chat[:i], tools=traj.tools or None, tokenize=False, add_generation_prompt=True)
+            out.append((tokenizer(prompt, add_special_tokens=False)["input_ids"], list(ids)))
+    return out
+
+
+def pack_turns(turns: list[tuple[list[int], list[int]]], advantage: float) -> list[Sample]:
+    """Consecutive turns as one sample wherever turn k's prompt + sampled ids is an exact token prefix
+    of turn k+1's prompt: a causal forward over the longer sequence then gives every turn the very
+    log-probs it had alone, and the shared conversation (the tool docs alone are ~600 tokens) is
+    computed once per episode instead of once per turn. Where the template re-renders a reply
+    differently from what was sampled (e.g. the parser dropped a duplicate key), a new sample starts."""
+    samples: list[Sample] = []
+    for prompt, sampled in turns:
+        last = samples[-1] if samples else None
+        seq = last.prompt_ids + last.completion_ids if last else None
+        if last and prompt[: len(seq)] == seq:
+            gap = prompt[len(seq) :]  # tool results, the next user turn, template tokens: no loss
+            last.scored = (last.scored or [1] * len(last.completion_ids)) + [0] * len(gap) + [1] * len(sampled)
+            last.completion_ids = last.completion_ids + gap + sampled
+        else:
+            samples.append(Sample(prompt, sampled, advantage))
+    return samples
+
+
+def build_samples(tokenizer, trajs: list[Trajectory], advantages: list[float | None], pack: bool = True) -> list[Sample]:
+    """The training samples of every kept rollout: its turns packed (see pack_turns), or with
+    pack=False one sample per assistant turn."""
     samples = []
     for traj, adv in zip(trajs, advantages):
         if adv is None:
             continue
-        chat = [m.to_chat() for m in traj.messages]
-        turns = [i for i, m in enumerate(traj.messages) if m.role == "assistant"]
-        for i, ids in zip(turns, traj.info.get("completion_ids", [])):
-            if not ids:
-                continue
-            prompt = tokenizer.apply_chat_template(chat[:i], tools=traj.tools or None, tokenize=False, add_generation_prompt=True)
-            samples.append(Sample(tokenizer(prompt, add_special_tokens=False)["input_ids"], list(ids), adv))
+        turns = episode_turns(tokenizer, traj)
+        samples += pack_turns(turns, adv) if pack else [Sample(p, c, adv) for p, c in turns]
     return samples
 
 
@@ -171,12 +203,12 @@ def _collate(batch: list[Sample], pad_id: int, device) -> tuple[torch.Tensor, ..
     keep = max(len(s.completion_ids) for s in batch)
     ids = torch.full((len(batch), width), pad_id, dtype=torch.long)
     attn = torch.zeros_like(ids)
-    mask = torch.zeros((len(batch), keep), dtype=torch.float32)  # 1 on completion tokens only
+    mask = torch.zeros((len(batch), keep), dtype=torch.float32)  # 1 on sampled tokens only
     for row, s in enumerate(batch):
         seq = s.prompt_ids + s.completion_ids
         ids[row, width - len(seq) :] = torch.tensor(seq)
         attn[row, width - len(seq) :] = 1
-        mask[row, keep - len(s.completion_ids) :] = 1
+        mask[row, keep - len(s.completion_ids) :] = torch.tensor(s.scored) if s.scored else 1
     adv = torch.tensor([s.advantage for s in batch], dtype=torch.float32)
     return ids.to(device), attn.to(device), mask.to(device), adv.to(device)
 
