@@ -139,9 +139,54 @@ def test_shared_prefill_cache_gives_each_row_its_own_prompts_logits(tiny):
     ids, mask = enc["input_ids"], enc["attention_mask"]
     rows, positions = torch.tensor([1, 0, 0]), (mask.cumsum(-1) - 1).clamp(min=0)  # as generate numbers them
     with torch.no_grad():
-        cache = policy._prefill(ids, mask, rows)
+        cache = policy._prefill(ids[:, :-1], mask[:, :-1], rows)
         last = model(input_ids=ids[rows, -1:], attention_mask=mask[rows], position_ids=positions[rows, -1:],
                      **{cache_keyword(): cache}).logits[:, -1]
         full = model(input_ids=ids, attention_mask=mask, position_ids=positions).logits[rows, -1]
     assert torch.allclose(last, full, atol=1e-4)
     assert not torch.allclose(full[0], full[1], atol=1e-3)  # the two prompts are told apart
+
+
+def test_later_turns_share_the_opening_prefill_and_sample_what_separate_prefills_do(tiny, monkeypatch):
+    model, tok = tiny
+    env = resolve_env("bfcl/multi_turn_base")  # further user turns come whatever the model says
+    seeds = env().seeds("train")[:1]
+    s = Sampling(max_new_tokens=6, temperature=1.0, seed=5)
+    shared = TransformersPolicy(model, tok, batch_size=4)
+    opened = []
+    real = shared._prefill
+    monkeypatch.setattr(shared, "_prefill", lambda ids, mask, rows: opened.append(len(ids)) or real(ids, mask, rows))
+    a = rollout(env, shared, seeds, samples=4, max_steps=2, sampling=s, keep_tokens=True)
+    b = rollout(env, TransformersPolicy(model, tok, batch_size=4, share_prompts=False), seeds, samples=4, max_steps=2,
+                sampling=s, keep_tokens=True)
+    assert [len(t.info["completion_ids"]) for t in a] == [2] * 4
+    assert len({str(t.info["completion_ids"][0]) for t in a}) > 1  # the second prompts differ ...
+    assert opened == [1, 1]  # ... and still one opening was prefilled per turn
+    assert [t.info["completion_ids"] for t in a] == [t.info["completion_ids"] for t in b]
+
+
+def test_shared_opening_layout_gives_each_row_its_own_prompts_logits(tiny):
+    import torch
+
+    from trace_agents.agent.policy import cache_keyword
+    from trace_agents.types import Message
+
+    model, tok = tiny
+    env = resolve_env("bfcl/simple_python")
+    e = env()
+    opening = e.reset(e.seeds("train")[0])
+    requests = [Request(opening, e.tools),  # a first turn, and two later turns of different lengths
+                Request(opening + [Message(role="assistant", content="no"), Message(role="user", content="why not?")], e.tools),
+                Request(opening + [Message(role="assistant", content="a longer answer here")], e.tools)]
+    policy = TransformersPolicy(model, tok)
+    texts = [policy.render(r) for r in requests]
+    with torch.no_grad():
+        enc = policy._encode_shared(texts, requests, "cpu")
+        ids, mask = enc["input_ids"], enc["attention_mask"]
+        positions = (mask.cumsum(-1) - 1).clamp(min=0)
+        last = model(input_ids=ids[:, -1:], attention_mask=mask, position_ids=positions[:, -1:],
+                     **{cache_keyword(): enc[cache_keyword()]}).logits[:, -1]
+        for row, text in enumerate(texts):  # each prompt alone, unpadded
+            alone = tok(text, return_tensors="pt", add_special_tokens=False)["input_ids"]
+            assert torch.equal(ids[row][mask[row].bool()], alone[0])
+            assert torch.allclose(last[row], model(input_ids=alone).logits[0, -1], atol=1e-4)

@@ -1,8 +1,8 @@
 """Policies turn a batch of conversations into assistant replies.
 
 `TransformersPolicy` runs a local model: one batched `generate` per call (left padding, KV cache,
-stop at end of turn; identical prompts in a batch — a GRPO group's first turn — are prefilled
-once). `OpenAIPolicy` (openai_policy.py) calls any OpenAI-compatible server.
+stop at end of turn; an episode opening shared by several rows of a batch — a GRPO group's, on
+every turn — is prefilled once). `OpenAIPolicy` (openai_policy.py) calls any OpenAI-compatible server.
 Both return parsed `Reply`s: malformed model text becomes `error`, never an exception.
 """
 
@@ -59,9 +59,9 @@ class Policy(Protocol):
 
 class TransformersPolicy:
     """A local causal LM with our chat template. `batch_size` caps sequences per generate call.
-    `share_prompts`: prefill each distinct prompt of a batch once and copy its KV cache to the
-    duplicates (a model that keeps state across decode steps, like the composed model's running
-    routing means, must turn it off)."""
+    `share_prompts`: prefill each distinct episode opening of a batch once and copy its KV cache to
+    the rows that share it (see `_encode_shared`; a model that keeps state across decode steps, like
+    the composed model's running routing means, must turn it off)."""
 
     def __init__(self, model, tokenizer, name: str = "local", batch_size: int = 16, share_prompts: bool = True):
         self.model, self.tokenizer, self.name, self.batch_size = model, tokenizer, name, batch_size
@@ -88,16 +88,9 @@ class TransformersPolicy:
     @torch.no_grad()
     def _generate(self, texts: list[str], requests: list[Request], sampling: Sampling) -> list[Reply]:
         device = next(self.model.parameters()).device
-        unique = list(dict.fromkeys(texts))
-        shared = self.share_prompts and len(unique) < len(texts)
-        enc = self.tokenizer(unique if shared else texts, return_tensors="pt", padding=True,
-                             add_special_tokens=False).to(device)
-        if shared:  # same padded width either way, so rows of the distinct prompts can be copied
-            row_of = {t: i for i, t in enumerate(unique)}
-            rows = torch.tensor([row_of[t] for t in texts], device=device)
-            cache = self._prefill(enc["input_ids"], enc["attention_mask"], rows)
-            enc = {"input_ids": enc["input_ids"][rows], "attention_mask": enc["attention_mask"][rows],
-                   cache_keyword(): cache}
+        enc = self._encode_shared(texts, requests, device) if self.share_prompts and len(texts) > 1 else None
+        if enc is None:
+            enc = dict(self.tokenizer(texts, return_tensors="pt", padding=True, add_special_tokens=False).to(device))
         torch.manual_seed(sampling.seed)
         greedy = sampling.temperature <= 0
         out = self.model.generate(
@@ -127,14 +120,53 @@ class TransformersPolicy:
             )
         return replies
 
+    def opening(self, request: Request) -> str:
+        """The episode's opening as rendered text: system, tool docs and the first user turn. Every
+        later prompt of the episode starts with it."""
+        msgs = [m.to_chat() for m in request.messages]
+        first_user = next((i for i, m in enumerate(msgs) if m["role"] == "user"), len(msgs) - 1)
+        return self.tokenizer.apply_chat_template(msgs[: first_user + 1], tools=request.tools or None, tokenize=False)
+
+    def _encode_shared(self, texts: list[str], requests: list[Request], device) -> dict | None:
+        """generate() inputs with rows laid out [pad | opening | pad | rest of the prompt]: each
+        distinct opening is prefilled once and its KV cache copied to its rows, then only the rest
+        (the generation prompt on a first turn; replies and tool results since, later) is prefilled
+        per row, all but the last token, which generate runs before decoding. The G rollouts of a
+        GRPO group share their opening (the tool docs alone: ~600 tokens) on every turn; prefilling
+        it per row cost G times the compute. Positions count real tokens only, so the padding in
+        the middle changes no logit. None (plain encoding) when no two rows share an opening, or
+        when the template does not render an opening as a token prefix of its prompt."""
+        tok = self.tokenizer
+        openings = [self.opening(r) for r in requests]
+        index = {o: i for i, o in enumerate(dict.fromkeys(openings))}
+        if len(index) == len(texts):
+            return None
+        heads = [tok(o, add_special_tokens=False)["input_ids"] for o in index]
+        group = [index[o] for o in openings]
+        full = [tok(t, add_special_tokens=False)["input_ids"] for t in texts]
+        if any(len(f) <= len(heads[g]) or f[: len(heads[g])] != heads[g] for f, g in zip(full, group)):
+            return None
+        width_head = max(map(len, heads))
+        width_rest = max(len(f) - len(heads[g]) for f, g in zip(full, group))
+        ids = torch.full((len(full), width_head + width_rest), tok.pad_token_id, dtype=torch.long)
+        mask = torch.zeros_like(ids)
+        for row, (f, g) in enumerate(zip(full, group)):
+            head, rest = heads[g], f[len(heads[g]) :]
+            ids[row, width_head - len(head) : width_head], mask[row, width_head - len(head) : width_head] = torch.tensor(head), 1
+            ids[row, ids.shape[1] - len(rest) :], mask[row, ids.shape[1] - len(rest) :] = torch.tensor(rest), 1
+        ids, mask = ids.to(device), mask.to(device)
+        holder = torch.tensor([group.index(g) for g in range(len(heads))], device=device)  # a row of each opening
+        cache = self._prefill(ids[holder, :width_head], mask[holder, :width_head], torch.tensor(group, device=device))
+        if width_rest > 1:
+            positions = (mask.cumsum(-1) - 1).clamp(min=0)
+            self.model(input_ids=ids[:, width_head:-1], attention_mask=mask[:, :-1],
+                       position_ids=positions[:, width_head:-1], use_cache=True, **{cache_keyword(): cache})
+        return {"input_ids": ids, "attention_mask": mask, cache_keyword(): cache}
+
     def _prefill(self, ids: torch.Tensor, mask: torch.Tensor, rows: torch.Tensor):
-        """KV cache of every prompt but its last token, computed once per distinct prompt and
-        copied to `rows`; generate then runs only the last prompt token before decoding. A GRPO
-        group's G rollouts of one seed share their first prompt, so its prefill (the tool docs:
-        ~600 tokens) was computed G times."""
+        """KV cache of the left-padded sequences `ids`, each computed once and copied to `rows`."""
         positions = (mask.cumsum(-1) - 1).clamp(min=0)  # left padding: real tokens count from 0
-        out = self.model(input_ids=ids[:, :-1], attention_mask=mask[:, :-1], position_ids=positions[:, :-1],
-                         use_cache=True)
+        out = self.model(input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=True)
         cache = getattr(out, cache_keyword())
         cache.reorder_cache(rows)  # index_select on the batch: repeated rows copy a prompt's cache
         return cache
