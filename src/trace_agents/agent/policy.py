@@ -151,9 +151,9 @@ class TransformersPolicy:
         ids = torch.full((len(full), width_head + width_rest), tok.pad_token_id, dtype=torch.long)
         mask = torch.zeros_like(ids)
         for row, (f, g) in enumerate(zip(full, group)):
-            head, rest = heads[g], f[len(heads[g]) :]
-            ids[row, width_head - len(head) : width_head], mask[row, width_head - len(head) : width_head] = torch.tensor(head), 1
-            ids[row, ids.shape[1] - len(rest) :], mask[row, ids.shape[1] - len(rest) :] = torch.tensor(rest), 1
+            for end, part in ((width_head, heads[g]), (ids.shape[1], f[len(heads[g]) :])):  # each part right-aligned
+                ids[row, end - len(part) : end] = torch.tensor(part)
+                mask[row, end - len(part) : end] = 1
         ids, mask = ids.to(device), mask.to(device)
         holder = torch.tensor([group.index(g) for g in range(len(heads))], device=device)  # a row of each opening
         cache = self._prefill(ids[holder, :width_head], mask[holder, :width_head], torch.tensor(group, device=device))
