@@ -338,7 +338,8 @@ def test_gate_grpo_trains_only_the_routers_and_resumes(adapters, tmp_path):
 
     start = composed(adapters, seed=3)
     save_composed(start, tmp_path / "start")
-    (tmp_path / "start" / "task_router.json").write_text("{}")
+    for name in ("task_router.json", "task_router.safetensors", "compose_summary.json"):
+        (tmp_path / "start" / name).write_text(name)
     frozen = {k: v.clone() for k, v in start.state_dict().items() if not k.startswith("routers.")}
     cfg = GRPOConfig(steps=1, groups_per_step=2, group_size=4, max_new_tokens=6, max_steps=1, lr=5e-2, kl_coef=0.1,
                      save_every=1)
@@ -352,7 +353,8 @@ def test_gate_grpo_trains_only_the_routers_and_resumes(adapters, tmp_path):
                           "--save-every", "1"], capture_output=True, text=True, timeout=300)
     assert cli.returncode == 0, cli.stderr
     assert [json.loads(x)["step"] for x in (out / "metrics.jsonl").read_text().splitlines()] == [1, 2]
-    assert (out / "composed" / "task_router.json").exists()
+    for name in ("task_router.json", "task_router.safetensors", "compose_summary.json"):  # kept as they were
+        assert (out / "composed" / name).read_text() == name
     trained, _ = load_composed(out / "composed", device="cpu")
     before = start.routers.state_dict()
     moved = [k for k, v in trained.routers.state_dict().items() if not torch.equal(v, before[k])]

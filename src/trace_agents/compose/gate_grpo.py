@@ -19,9 +19,13 @@ from pathlib import Path
 from typing import Callable
 
 from trace_agents.compose.model import NONE, load_composed, load_gates, save_composed
-from trace_agents.compose.task_router import ROUTER_CONFIG
+from trace_agents.compose.task_router import ROUTER_CONFIG, ROUTER_WEIGHTS
 from trace_agents.envs.base import Env
 from trace_agents.training.grpo import GRPOConfig, Trainee, run_grpo
+
+# Files of a composed folder that gate GRPO leaves as they are (the gate-fitting and routing reports,
+# gates.json and routing.json, describe the old gates, so they are not carried over).
+KEPT = (ROUTER_CONFIG, ROUTER_WEIGHTS, "compose_summary.json")
 
 
 def composed_trainee(folder: str | Path, device: str | None = None) -> Trainee:
@@ -32,8 +36,9 @@ def composed_trainee(folder: str | Path, device: str | None = None) -> Trainee:
 
     def save(out: Path) -> None:
         save_composed(model, out)
-        if (folder / ROUTER_CONFIG).exists():  # keep the task router: the folder stays a whole composed model
-            shutil.copy2(folder / ROUTER_CONFIG, out / ROUTER_CONFIG)
+        for name in KEPT:  # the folder stays a whole composed model: task router, what it was built from
+            if (folder / name).exists():
+                shutil.copy2(folder / name, out / name)
 
     @contextmanager
     def base_only():
