@@ -7,13 +7,16 @@ the base, every single adapter, the composed model (token routing) and the task 
 success on the environment's *test* seeds (never used by training or gate fitting), greedy decoding.
 `retention[env]` = (composed - base) / (own adapter - base): the share of that adapter's own gain the
 composed model keeps (target >= 0.9; undefined when the adapter gained nothing). Finished cells are
-reused from --out, so an interrupted run continues.
+reused from --out, so an interrupted run continues. `--reuse-from DIR` also takes the base and
+single-adapter cells from an earlier --out DIR: for the same adapters with other gates (e.g. after
+`trace-agents train --composed`), only the composed model and the task router are evaluated.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import shutil
 import sys
 import time
 from pathlib import Path
@@ -23,6 +26,8 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--composed", type=Path, required=True, help="A folder written by `trace-agents compose`.")
     ap.add_argument("--limit", type=int, default=100, help="Test seeds per environment.")
+    ap.add_argument("--reuse-from", type=Path, default=None,
+                    help="An earlier --out of the same base and adapters, --limit and --max-new-tokens: its base and adapter cells are copied.")
     ap.add_argument("--env-limit", action="append", default=[], metavar="NAME=N",
                     help="A different number of test seeds for one environment (repeatable).")
     ap.add_argument("--max-new-tokens", type=int, default=128)
@@ -44,6 +49,10 @@ def main() -> None:
     for name, module in envs.items():
         out = args.out / name
         out.mkdir(parents=True, exist_ok=True)
+        if args.reuse_from:  # cells of systems the gates do not touch (file names as pipeline._file writes them)
+            for cell in [*(args.reuse_from / name).glob("base.json*"), *(args.reuse_from / name).glob("adapter_*.json*")]:
+                if not (out / cell.name).exists():
+                    shutil.copy2(cell, out / cell.name)
         cfg = EvaluationCfg(limit=limits.get(name, args.limit), max_new_tokens=args.max_new_tokens, batch_size=32)
         table = evaluate_systems(systems, resolve_env(module), out, cfg, max_steps=8,
                                  log=lambda m: print(m, flush=True, file=sys.stderr))
