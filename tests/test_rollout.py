@@ -106,18 +106,23 @@ def test_greedy_batching_matches_one_at_a_time(tiny):
     assert [t.messages[-1].content for t in batched] == [t.messages[-1].content for t in single]
 
 
-def test_shared_prefill_of_a_group_samples_what_separate_prefills_do(tiny, monkeypatch):
+def _shared_and_separate(tiny, monkeypatch, env, seeds, samples: int, max_steps: int, sampling: Sampling):
+    """The same rollouts sampled with shared prefill and without, and the number of rows of each
+    shared prefill call."""
     model, tok = tiny
-    env = resolve_env("bfcl/multiple")
-    seeds = env().seeds("train")[:2]
-    s = Sampling(max_new_tokens=8, temperature=1.0, seed=3)
-    shared = TransformersPolicy(model, tok, batch_size=6)
+    shared = TransformersPolicy(model, tok, batch_size=len(seeds) * samples)
     prefills = []
     real = shared._prefill
     monkeypatch.setattr(shared, "_prefill", lambda ids, mask, rows: prefills.append(len(ids)) or real(ids, mask, rows))
-    a = rollout(env, shared, seeds, samples=3, max_steps=1, sampling=s, keep_tokens=True)
-    b = rollout(env, TransformersPolicy(model, tok, batch_size=6, share_prompts=False), seeds, samples=3, max_steps=1,
-                sampling=s, keep_tokens=True)
+    runs = [rollout(env, policy, seeds, samples=samples, max_steps=max_steps, sampling=sampling, keep_tokens=True)
+            for policy in (shared, TransformersPolicy(model, tok, batch_size=len(seeds) * samples, share_prompts=False))]
+    return runs[0], runs[1], prefills
+
+
+def test_shared_prefill_of_a_group_samples_what_separate_prefills_do(tiny, monkeypatch):
+    env = resolve_env("bfcl/multiple")
+    a, b, prefills = _shared_and_separate(tiny, monkeypatch, env, env().seeds("train")[:2], samples=3, max_steps=1,
+                                          sampling=Sampling(max_new_tokens=8, temperature=1.0, seed=3))
     assert prefills == [2]  # 6 rollouts, 2 distinct prompts
     assert [t.info["completion_ids"] for t in a] == [t.info["completion_ids"] for t in b]
     assert len({str(t.info["completion_ids"]) for t in a}) > 2  # sampled: the copies did not all say the same
@@ -148,17 +153,9 @@ def test_shared_prefill_cache_gives_each_row_its_own_prompts_logits(tiny):
 
 
 def test_later_turns_share_the_opening_prefill_and_sample_what_separate_prefills_do(tiny, monkeypatch):
-    model, tok = tiny
     env = resolve_env("bfcl/multi_turn_base")  # further user turns come whatever the model says
-    seeds = env().seeds("train")[:1]
-    s = Sampling(max_new_tokens=6, temperature=1.0, seed=5)
-    shared = TransformersPolicy(model, tok, batch_size=4)
-    opened = []
-    real = shared._prefill
-    monkeypatch.setattr(shared, "_prefill", lambda ids, mask, rows: opened.append(len(ids)) or real(ids, mask, rows))
-    a = rollout(env, shared, seeds, samples=4, max_steps=2, sampling=s, keep_tokens=True)
-    b = rollout(env, TransformersPolicy(model, tok, batch_size=4, share_prompts=False), seeds, samples=4, max_steps=2,
-                sampling=s, keep_tokens=True)
+    a, b, opened = _shared_and_separate(tiny, monkeypatch, env, env().seeds("train")[:1], samples=4, max_steps=2,
+                                        sampling=Sampling(max_new_tokens=6, temperature=1.0, seed=5))
     assert [len(t.info["completion_ids"]) for t in a] == [2] * 4
     assert len({str(t.info["completion_ids"][0]) for t in a}) > 1  # the second prompts differ ...
     assert opened == [1, 1]  # ... and still one opening was prefilled per turn
