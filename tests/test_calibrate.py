@@ -82,8 +82,8 @@ def test_synthesize_reuses_a_calibration_with_the_same_key(tmp_path, monkeypatch
 
     tuned = []
 
-    def fake_tune(cls, policy, *, rounds, seeds, samples):  # the rollouts are what reuse saves
-        tuned.append((cls.__name__, seeds))
+    def fake_tune(make_env, policy, *, rounds, seeds, samples):  # the rollouts are what reuse saves
+        tuned.append((make_env.func.__name__, seeds))  # the family class, its pinned arguments bound
         cal = calibrate.Calibration(0.25, seeds, samples, mean_reward=0.4, success_rate=0.4, pass_at_k=0.5,
                                     degenerate_fraction=0.0, in_band={k: True for k in calibrate.BANDS})
         return 0.25, [cal]

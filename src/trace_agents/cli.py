@@ -299,6 +299,8 @@ def synthesize_cmd(
     seeds: int = typer.Option(8, "--seeds", help="Calibration seeds per round."),
     samples: int = typer.Option(4, "--samples", help="Calibration samples per seed."),
     rounds: int = typer.Option(3, "--rounds", help="Calibration bisection rounds at most."),
+    source: str = typer.Option("catalog", "--source", help="catalog: built-in families on the warm-up catalog | target: "
+                               "drills on the target's own train tasks where a capability has them (function_selection)."),
 ):
     """One validated (and calibrated) environment per selected capability (stage 2); a rerun with the
     same model, seeds, samples and rounds reuses the saved calibrations."""
@@ -308,7 +310,8 @@ def synthesize_cmd(
         raise UsageError("--llm must look like openai:NAME@BASE_URL")
     if rounds < 1:
         raise UsageError("--rounds must be at least 1")
-    summary = synthesize_all(capabilities, target, out, llm=llm, model=model, seeds=seeds, samples=samples, rounds=rounds)
+    summary = synthesize_all(capabilities, target, out, llm=llm, model=model, seeds=seeds, samples=samples, rounds=rounds,
+                             source=source)
     table = Table(title="environments")
     for col in ("capability", "source", "valid", "difficulty", "success", "mean reward", "degenerate", "in band"):
         table.add_column(col)

@@ -44,6 +44,8 @@ class SynthesisCfg(_Cfg):
     samples: int = Field(4, ge=2, description="Calibration samples per seed.")
     rounds: int = Field(3, ge=1, description="Calibration bisection rounds at most.")
     difficulty: float = Field(0.5, ge=0, le=1, description="Difficulty of built-in families when not calibrating.")
+    source: Literal["catalog", "target"] = Field("catalog", description="Built-in families on the warm-up catalog, or, "
+                                                 "where one exists, drills on the target's own train tasks (target/function_selection).")
 
 
 class TrainingCfg(_Cfg):
@@ -231,7 +233,7 @@ def run_pipeline(config: RunConfig, resume: bool = True, log: Callable[[str], No
         s = config.synthesis
         synthesize_all(analysis_dir / "capabilities.json", config.target, d, llm=s.llm,
                        model=model if s.calibrate else None, seeds=s.seeds, samples=s.samples, rounds=s.rounds,
-                       difficulty=s.difficulty)
+                       difficulty=s.difficulty, source=s.source)
 
     synthesis_dir = stages.run("synthesis", config.synthesis, synthesis)
     envs = _valid_envs(synthesis_dir, config.analysis.max_capabilities)

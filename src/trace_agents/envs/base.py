@@ -69,13 +69,13 @@ def resolve_env(spec: str, **kwargs: Any) -> Callable[[], Env]:
         if category not in CATEGORIES:
             raise EnvError(f"unknown BFCL category {category!r}: choose one of {', '.join(CATEGORIES)}")
         return lambda: BfclEnv(category, **kwargs)
-    if spec.startswith("synthetic/"):
-        from trace_agents.synthesis import builtin_families
+    if spec.startswith(("synthetic/", "target/")):
+        from trace_agents.synthesis import builtin_families, target_families
 
-        families = builtin_families()
-        capability = spec.split("/", 1)[1]
+        kind, capability = spec.split("/", 1)
+        families = builtin_families() if kind == "synthetic" else target_families()
         if capability not in families:
-            raise EnvError(f"unknown synthetic environment {capability!r}: choose one of {', '.join(sorted(families))}")
+            raise EnvError(f"unknown {kind} environment {capability!r}: choose one of {', '.join(sorted(families))}")
         return lambda: families[capability](**kwargs)
     path = Path(spec)
     if path.suffix == ".py" and path.exists():
@@ -83,7 +83,7 @@ def resolve_env(spec: str, **kwargs: Any) -> Callable[[], Env]:
         return lambda: cls(**kwargs)
     raise EnvError(
         f"unknown environment {spec!r}: give bfcl/simple_python, bfcl/multiple, bfcl/parallel, "
-        "bfcl/multi_turn_base, synthetic/<capability>, or the path of an environment module (.py)"
+        "bfcl/multi_turn_base, synthetic/<capability>, target/function_selection, or the path of an environment module (.py)"
     )
 
 

@@ -102,6 +102,9 @@ class BfclEnv:
 
     def __init__(self, category: str, max_steps_per_turn: int = MAX_STEPS_PER_TURN):
         self.category = category
+        # the AST checker's rules: `simple_python`'s checks the first offered function, `multiple`'s
+        # finds the answer's function among those offered (envs that offer more functions need it)
+        self.checker_category = category
         self.name = f"bfcl/{category}"
         self.max_steps_per_turn = max_steps_per_turn
         self.multi_turn = category.startswith("multi_turn")
@@ -206,7 +209,7 @@ class BfclEnv:
         if not self.calls:
             return Verdict(reward=0.0, success=False, details={**details, "failure": "no_tool_call"})
         result = shared_checker().check({
-            "kind": "ast", "category": self.category, "functions": self.entry["function"],
+            "kind": "ast", "category": self.checker_category, "functions": self.entry["function"],
             "output": [{n: a} for n, a in self.calls], "answer": self.answer,
         })
         ok = bool(result.get("valid"))

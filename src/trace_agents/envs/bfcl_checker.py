@@ -89,7 +89,10 @@ def _worker() -> None:
 def _limit_memory() -> None:
     import resource
 
-    resource.setrlimit(resource.RLIMIT_AS, (_MEMORY_LIMIT, _MEMORY_LIMIT))
+    # Never above an inherited hard limit (raising it fails, e.g. inside the validator's sandbox).
+    _, hard = resource.getrlimit(resource.RLIMIT_AS)
+    limit = _MEMORY_LIMIT if hard == resource.RLIM_INFINITY else min(_MEMORY_LIMIT, hard)
+    resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
 
 
 class CheckerProcess:

@@ -8,3 +8,10 @@ def builtin_families() -> dict[str, type]:
     from trace_agents.synthesis.stateful import STATEFUL_FAMILIES
 
     return {**FAMILIES, **STATEFUL_FAMILIES, LookupThenActEnv.capability: LookupThenActEnv}
+
+
+def target_families() -> dict[str, type]:
+    """Capability name -> environment built from the target's own train tasks (`target/<capability>`)."""
+    from trace_agents.synthesis.target_selection import TargetFunctionSelectionEnv
+
+    return {TargetFunctionSelectionEnv.capability: TargetFunctionSelectionEnv}

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 from math import comb
-from typing import Callable
+from typing import Any, Callable
 
 from trace_agents.agent.policy import Policy, Sampling
 from trace_agents.agent.rollout import rollout
@@ -60,7 +60,7 @@ def measure(make_env: Callable, policy: Policy, *, seeds: int = 8, samples: int 
     return Calibration(difficulty, len(chosen), samples, pass_at_k=pak, in_band=in_band, **stats)
 
 
-def tune(env_class: type, policy: Policy, *, rounds: int = 4, **kwargs) -> tuple[float, list[Calibration]]:
+def tune(env_class: Callable[..., Any], policy: Policy, *, rounds: int = 4, **kwargs) -> tuple[float, list[Calibration]]:
     """Bisect `difficulty` towards the success band; returns the best difficulty and every round."""
     lo, hi, history = 0.0, 1.0, []
     d = 0.5

@@ -9,11 +9,11 @@ so an interrupted or extended run only calibrates what is missing or changed."""
 from __future__ import annotations
 
 import json
-from functools import cache
+from functools import cache, partial
 from pathlib import Path
 from typing import Any, Callable
 
-from trace_agents.synthesis import builtin_families
+from trace_agents.synthesis import builtin_families, target_families
 from trace_agents.types import DataError, atomic_write_text, write_json
 
 WRAPPER = '''"""{capability}: built-in environment {module}.{cls} at difficulty {difficulty}.
@@ -28,16 +28,33 @@ class Env(_Family):
     """{cls} pinned to the calibrated difficulty."""
 
     def __init__(self, difficulty: float = {difficulty}, **kwargs):
-        super().__init__(difficulty=difficulty, **kwargs)
+        super().__init__(difficulty=difficulty, **{{**{pinned!r}, **kwargs}})
 '''
+SOURCES = ("catalog", "target")
 
 
-def write_builtin(capability: str, out: Path, difficulty: float = 0.5) -> Path:
-    cls = builtin_families()[capability]
+def families_for(target: str, source: str = "catalog") -> dict[str, tuple[type, dict[str, Any]]]:
+    """Capability -> (built-in env class, constructor arguments its module pins). `source` "catalog":
+    the families on the warm-up catalog; "target": where a capability has drills on the target's own
+    train tasks (target_selection.py), those replace the catalog family."""
+    if source not in SOURCES:
+        raise DataError(f"unknown environment source {source!r}; choose one of {', '.join(SOURCES)}")
+    families = {name: (cls, {}) for name, cls in builtin_families().items()}
+    if source == "target":
+        category = target.split("/", 1)[1] if target.startswith("bfcl/") else ""
+        if not category or category.startswith("multi_turn"):
+            raise DataError(f"source 'target' needs a single-turn bfcl/ target, not {target!r}; use source 'catalog'")
+        families.update({name: (cls, {"category": category}) for name, cls in target_families().items()})
+    return families
+
+
+def write_builtin(capability: str, out: Path, difficulty: float = 0.5,
+                  family: tuple[type, dict[str, Any]] | None = None) -> Path:
+    cls, pinned = family or (builtin_families()[capability], {})
     doc = (cls.__doc__ or "").strip().replace('"""', "'''")
     path = out / f"{capability}.py"
     atomic_write_text(path, WRAPPER.format(capability=capability, module=cls.__module__, cls=cls.__name__,
-                                           difficulty=round(difficulty, 3), doc=doc))
+                                           difficulty=round(difficulty, 3), doc=doc, pinned=pinned))
     return path
 
 
@@ -52,26 +69,28 @@ def selected_capabilities(path: Path) -> list[dict[str, Any]]:
 
 def synthesize_all(capabilities: Path, target: str, out: Path, *, llm: str | None = None, model: str | None = None,
                    seeds: int = 8, samples: int = 4, rounds: int = 3, failed_examples: list[str] | None = None,
-                   difficulty: float = 0.5) -> dict:
+                   difficulty: float = 0.5, source: str = "catalog") -> dict:
     """For every selected capability: module + `<cap>.validation.json` (+ `<cap>.calibration.json`).
-    Without a model to calibrate with, built-in families are pinned at `difficulty`."""
+    Without a model to calibrate with, built-in families are pinned at `difficulty`; `source` picks
+    catalog or target-drill families (`families_for`)."""
     from trace_agents.synthesis.validate import validate_module
 
     out.mkdir(parents=True, exist_ok=True)
-    families = builtin_families()
+    families = families_for(target, source)
     load_policy = cache(lambda: _policy(model))  # loaded once, and only if some family needs rollouts
     summary: dict[str, Any] = {"target": target, "environments": {}}
     for cap in selected_capabilities(capabilities):
         name = cap["name"]
-        entry: dict[str, Any] = {"source": "builtin" if name in families else ("llm" if llm else None)}
+        drills = name in families and families[name][0] in target_families().values()
+        entry: dict[str, Any] = {"source": ("target" if drills else "builtin") if name in families else ("llm" if llm else None)}
         if name in families:
             if model:
-                key = calibration_key(families[name], model, seeds=seeds, samples=samples, rounds=rounds)
+                key = calibration_key(*families[name], model, seeds=seeds, samples=samples, rounds=rounds)
                 calibration, entry["calibration_reused"] = _calibrate(out / f"{name}.calibration.json", key,
                                                                       families[name], load_policy)
                 pinned = calibration["difficulty"]
                 entry["calibration"] = calibration["result"]
-            path = write_builtin(name, out, pinned if model else difficulty)
+            path = write_builtin(name, out, pinned if model else difficulty, families[name])
         elif llm:
             path = _synthesize_llm(cap, target, out, llm, failed_examples or [])
         else:
@@ -87,13 +106,15 @@ def synthesize_all(capabilities: Path, target: str, out: Path, *, llm: str | Non
     return summary
 
 
-def calibration_key(cls: type, model: str, *, seeds: int, samples: int, rounds: int) -> dict[str, Any]:
+def calibration_key(cls: type, pinned: dict[str, Any], model: str, *, seeds: int, samples: int,
+                    rounds: int) -> dict[str, Any]:
     """What a calibration depends on: a saved one is reused only when all of it is equal."""
     return {"model": model, "family": f"{cls.__module__}.{cls.__qualname__}", "seeds": seeds,
-            "samples": samples, "rounds": rounds}
+            "samples": samples, "rounds": rounds, **({"pinned": pinned} if pinned else {})}
 
 
-def _calibrate(path: Path, key: dict[str, Any], cls: type, load_policy: Callable[[], Any]) -> tuple[dict, bool]:
+def _calibrate(path: Path, key: dict[str, Any], family: tuple[type, dict[str, Any]],
+               load_policy: Callable[[], Any]) -> tuple[dict, bool]:
     """(calibration report, reused?): the one saved at `path` if its key matches, else a fresh `tune`,
     saved with its key."""
     saved = _saved_calibration(path)
@@ -101,7 +122,9 @@ def _calibrate(path: Path, key: dict[str, Any], cls: type, load_policy: Callable
         return saved, True
     from trace_agents.synthesis.calibrate import report, tune
 
-    difficulty, history = tune(cls, load_policy(), rounds=key["rounds"], seeds=key["seeds"], samples=key["samples"])
+    cls, pinned = family
+    difficulty, history = tune(partial(cls, **pinned), load_policy(), rounds=key["rounds"], seeds=key["seeds"],
+                               samples=key["samples"])
     calibration = {"key": key, **report(history, difficulty)}
     write_json(path, calibration)
     return calibration, False

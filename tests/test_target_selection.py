@@ -1,0 +1,109 @@
+from statistics import mean
+
+import pytest
+from conftest import assistant, call
+
+from trace_agents.envs.base import resolve_env
+from trace_agents.envs.bfcl import load_category, split_of
+from trace_agents.synthesis.target_selection import TargetFunctionSelectionEnv, _same_job
+
+
+def _task_of(env) -> str:
+    return env.entry["id"]
+
+
+def test_tasks_come_from_the_train_split_only():
+    env = TargetFunctionSelectionEnv(1.0)
+    split = split_of("multiple")
+    seen = set()
+    for seed in [*range(300), *env.seeds("test")[:100]]:
+        env.reset(seed)
+        seen.add(_task_of(env))
+    assert seen and all(split[i] == "train" for i in seen)
+    test_functions = {f["name"] for i, s in split.items() if s == "test" for f in load_category("multiple")[0][i]["function"]}
+    train_functions = {f["name"] for f in env.pool}
+    # the pool is the train split's functions; names shared with test tasks are BFCL's own repeats
+    assert train_functions - test_functions
+
+
+def test_same_seed_same_request_at_any_difficulty_and_more_distractors_when_harder():
+    easy, hard = TargetFunctionSelectionEnv(0.0), TargetFunctionSelectionEnv(1.0)
+    for seed in range(20):
+        assert easy.reset(seed) == hard.reset(seed)
+        assert easy.answer == hard.answer
+    offered = {d: mean(len(e.reset(s)) and len(e.functions) for s in range(100)) for d, e in ((0, easy), (1, hard))}
+    assert offered[1] >= offered[0] + 2
+
+
+def test_offered_functions_keep_the_task_own_and_add_no_duplicate_or_same_job():
+    env = TargetFunctionSelectionEnv(1.0)
+    entries = load_category("multiple")[0]
+    for seed in range(100):
+        env.reset(seed)
+        names = [f["name"] for f in env.functions]
+        own = {f["name"] for f in entries[_task_of(env)]["function"]}
+        assert len(names) == len(set(names)) and own <= set(names) and env.answer_name in names
+        answer = next(f for f in env.functions if f["name"] == env.answer_name)
+        assert not any(_same_job(f, answer) for f in env.functions if f["name"] not in own)
+        assert [t["function"]["name"] for t in env.tools] == names
+
+
+def test_same_job_catches_bfcl_renamed_repeats():
+    f = {"name": "compound_interest", "description": "Calculate compound interest for an initial principal amount."}
+    assert _same_job(f, {"name": "calc_Compound_Interest", "description": "Compute compound interest."})
+    assert not _same_job(f, {"name": "weather.get_by_city_date", "description": "Retrieves the historical weather."})
+
+
+def test_reference_succeeds_and_a_distractor_fails():
+    env = TargetFunctionSelectionEnv(1.0)
+    seed = 7
+    env.reset(seed)
+    (name, args), = env.reference()
+    env.step(assistant(call(name, args)))
+    v = env.verdict()
+    assert v.success and v.reward == 1.0
+
+    env.reset(seed)
+    other = next(f["name"] for f in env.functions if f["name"] != name)
+    env.step(assistant(call(other, args)))
+    assert not env.verdict().success
+    env.reset(seed)
+    env.step(assistant())
+    assert env.verdict().details["failure"] == "no_tool_call"
+
+
+def test_hint_names_look_alikes_including_the_answer():
+    env = TargetFunctionSelectionEnv(1.0)
+    env.reset(3)
+    assert env.answer_name in env.hint() and env.task_id == "function_selection_3"
+
+
+def test_resolves_by_name_and_rejects_bad_input():
+    env = resolve_env("target/function_selection", difficulty=0.25)()
+    assert isinstance(env, TargetFunctionSelectionEnv) and env.difficulty == 0.25
+    with pytest.raises(ValueError, match="between 0 and 1"):
+        TargetFunctionSelectionEnv(2)
+    with pytest.raises(ValueError, match="single-turn"):
+        TargetFunctionSelectionEnv(category="multi_turn_base")
+
+
+def test_synthesis_source_target_writes_a_valid_module_for_the_target_category(tmp_path):
+    import json
+
+    from trace_agents.synthesis.pipeline import synthesize_all
+    from trace_agents.types import DataError
+
+    caps = tmp_path / "capabilities.json"
+    caps.write_text(json.dumps({"capabilities": [{"name": "function_selection", "selected": True},
+                                                 {"name": "argument_value_grounding", "selected": True}]}))
+    summary = synthesize_all(caps, "bfcl/simple_python", tmp_path / "envs", difficulty=0.4, source="target")
+    envs = summary["environments"]
+    assert envs["function_selection"]["valid"] and envs["argument_value_grounding"]["valid"]
+    assert envs["function_selection"]["source"] == "target" and envs["argument_value_grounding"]["source"] == "builtin"
+    env = resolve_env(envs["function_selection"]["module"])()
+    assert isinstance(env, TargetFunctionSelectionEnv) and env.category == "simple_python" and env.difficulty == 0.4
+    assert not isinstance(resolve_env(envs["argument_value_grounding"]["module"])(), TargetFunctionSelectionEnv)
+    with pytest.raises(DataError, match="single-turn"):
+        synthesize_all(caps, "bfcl/multi_turn_base", tmp_path / "mt", source="target")
+    with pytest.raises(DataError, match="catalog, target"):
+        synthesize_all(caps, "bfcl/multiple", tmp_path / "x", source="web")
