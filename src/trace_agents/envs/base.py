@@ -83,7 +83,7 @@ def resolve_env(spec: str, **kwargs: Any) -> Callable[[], Env]:
         return lambda: cls(**kwargs)
     raise EnvError(
         f"unknown environment {spec!r}: give bfcl/simple_python, bfcl/multiple, bfcl/parallel, "
-        "bfcl/multi_turn_base, synthetic/<capability>, target/function_selection, or the path of an environment module (.py)"
+        "bfcl/multi_turn_base, synthetic/<capability>, target/<capability>, or the path of an environment module (.py)"
     )
 
 

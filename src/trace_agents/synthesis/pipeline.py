@@ -36,7 +36,8 @@ SOURCES = ("catalog", "target")
 def families_for(target: str, source: str = "catalog") -> dict[str, tuple[type, dict[str, Any]]]:
     """Capability -> (built-in env class, constructor arguments its module pins). `source` "catalog":
     the families on the warm-up catalog; "target": where a capability has drills on the target's own
-    train tasks (target_selection.py), those replace the catalog family."""
+    train tasks (target_drills.py: function_selection, argument_value_grounding), those replace
+    the catalog family."""
     if source not in SOURCES:
         raise DataError(f"unknown environment source {source!r}; choose one of {', '.join(SOURCES)}")
     families = {name: (cls, {}) for name, cls in builtin_families().items()}

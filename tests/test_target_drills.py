@@ -5,15 +5,18 @@ from conftest import assistant, call
 
 from trace_agents.envs.base import resolve_env
 from trace_agents.envs.bfcl import load_category, split_of
-from trace_agents.synthesis.target_selection import TargetFunctionSelectionEnv, _same_job
+from trace_agents.synthesis.target_drills import TargetArgumentGroundingEnv, TargetFunctionSelectionEnv, _same_job
+
+DRILLS = (TargetFunctionSelectionEnv, TargetArgumentGroundingEnv)
 
 
 def _task_of(env) -> str:
     return env.entry["id"]
 
 
-def test_tasks_come_from_the_train_split_only():
-    env = TargetFunctionSelectionEnv(1.0)
+@pytest.mark.parametrize("drill", DRILLS)
+def test_tasks_come_from_the_train_split_only(drill):
+    env = drill(1.0)
     split = split_of("multiple")
     seen = set()
     for seed in [*range(300), *env.seeds("test")[:100]]:
@@ -54,8 +57,19 @@ def test_same_job_catches_bfcl_renamed_repeats():
     assert not _same_job(f, {"name": "weather.get_by_city_date", "description": "Retrieves the historical weather."})
 
 
-def test_reference_succeeds_and_a_distractor_fails():
-    env = TargetFunctionSelectionEnv(1.0)
+def test_argument_drill_offers_only_the_answer_and_favours_more_arguments_when_harder():
+    easy, hard = TargetArgumentGroundingEnv(0.0), TargetArgumentGroundingEnv(1.0)
+    for seed in range(30):
+        hard.reset(seed)
+        assert [f["name"] for f in hard.functions] == [hard.answer_name]
+    n_args = {d: mean(len(e.reset(s)) and len(e.reference()[0][1]) for s in range(200)) for d, e in ((0, easy), (1, hard))}
+    assert n_args[1] > n_args[0] + 0.5
+    assert "declared type" in hard.hint()
+
+
+@pytest.mark.parametrize("drill", DRILLS)
+def test_reference_succeeds_and_a_wrong_call_fails(drill):
+    env = drill(1.0)
     seed = 7
     env.reset(seed)
     (name, args), = env.reference()
@@ -64,9 +78,14 @@ def test_reference_succeeds_and_a_distractor_fails():
     assert v.success and v.reward == 1.0
 
     env.reset(seed)
-    other = next(f["name"] for f in env.functions if f["name"] != name)
-    env.step(assistant(call(other, args)))
+    key = next(iter(args))
+    env.step(assistant(call(name, {**args, key: "definitely wrong value"})))
     assert not env.verdict().success
+    if drill is TargetFunctionSelectionEnv:
+        env.reset(seed)
+        other = next(f["name"] for f in env.functions if f["name"] != name)
+        env.step(assistant(call(other, args)))
+        assert not env.verdict().success
     env.reset(seed)
     env.step(assistant())
     assert env.verdict().details["failure"] == "no_tool_call"
@@ -81,6 +100,7 @@ def test_hint_names_look_alikes_including_the_answer():
 def test_resolves_by_name_and_rejects_bad_input():
     env = resolve_env("target/function_selection", difficulty=0.25)()
     assert isinstance(env, TargetFunctionSelectionEnv) and env.difficulty == 0.25
+    assert isinstance(resolve_env("target/argument_value_grounding")(), TargetArgumentGroundingEnv)
     with pytest.raises(ValueError, match="between 0 and 1"):
         TargetFunctionSelectionEnv(2)
     with pytest.raises(ValueError, match="single-turn"):
@@ -95,15 +115,26 @@ def test_synthesis_source_target_writes_a_valid_module_for_the_target_category(t
 
     caps = tmp_path / "capabilities.json"
     caps.write_text(json.dumps({"capabilities": [{"name": "function_selection", "selected": True},
-                                                 {"name": "argument_value_grounding", "selected": True}]}))
+                                                 {"name": "request_detail_coverage", "selected": True}]}))
     summary = synthesize_all(caps, "bfcl/simple_python", tmp_path / "envs", difficulty=0.4, source="target")
     envs = summary["environments"]
-    assert envs["function_selection"]["valid"] and envs["argument_value_grounding"]["valid"]
-    assert envs["function_selection"]["source"] == "target" and envs["argument_value_grounding"]["source"] == "builtin"
+    assert envs["function_selection"]["valid"] and envs["request_detail_coverage"]["valid"]
+    assert envs["function_selection"]["source"] == "target" and envs["request_detail_coverage"]["source"] == "builtin"
     env = resolve_env(envs["function_selection"]["module"])()
     assert isinstance(env, TargetFunctionSelectionEnv) and env.category == "simple_python" and env.difficulty == 0.4
-    assert not isinstance(resolve_env(envs["argument_value_grounding"]["module"])(), TargetFunctionSelectionEnv)
+    assert "target_drills" not in open(envs["request_detail_coverage"]["module"]).read()
     with pytest.raises(DataError, match="single-turn"):
         synthesize_all(caps, "bfcl/multi_turn_base", tmp_path / "mt", source="target")
     with pytest.raises(DataError, match="catalog, target"):
         synthesize_all(caps, "bfcl/multiple", tmp_path / "x", source="web")
+
+
+def test_reference_passes_bfcl_checker_on_every_train_task():
+    # dict params nest accepted values per key; a wrong unwrap would teach gates a failing reference
+    env, solved = TargetFunctionSelectionEnv(0.0), {}
+    for seed in range(3000):
+        env.reset(seed)
+        if env.entry["id"] not in solved:
+            env.step(assistant(call(*env.reference()[0])))
+            solved[env.entry["id"]] = env.verdict().success
+    assert len(solved) == len(env.ids) and all(solved.values())

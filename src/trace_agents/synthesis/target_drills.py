@@ -1,0 +1,184 @@
+"""Capability drills in the target's own tool schemas (stage 2, single-turn BFCL targets).
+
+The catalog families (families.py) teach on the warm-up catalog's functions; at 135M their adapters
+transfer only part of their gain to BFCL (README, issue 7). These envs build each task from the
+target's *train* split instead, so the schemas, descriptions and request wording are the target's
+own, and reshape it to isolate one capability:
+- `function_selection`: a train request among its own functions plus look-alike distractors drawn from
+  other train tasks. Difficulty: more added distractors (0-1 at 0, 2-6 at 1) and a larger share of
+  look-alikes (25% -> 100%, by shared name and description words).
+- `argument_value_grounding`: a train request with only its answer's function offered, so every
+  reward is about the values. Difficulty: tasks with more arguments to fill are drawn more often.
+They never read the test split (a test pins this), so the held-out evaluation stays clean; the
+plain-GRPO baseline trains on the same train tasks as BFCL offers them.
+
+Seeds: train 0..99,999 and test 1,000,000..1,000,999, as the catalog families (the env's own test
+seeds recombine the same train tasks: they measure the capability, the target's test split measures
+transfer). Each draw has its own seeded stream (task, distractors, order), so a seed's distractors
+do not move when only the order changes. Verdicts are BFCL's own AST checker against the task's
+possible answers (`multiple` rules: the answer's function is looked up among those offered).
+"""
+
+from __future__ import annotations
+
+import copy
+import random
+import re
+from functools import lru_cache
+from typing import ClassVar
+
+from trace_agents.agent.format import to_openai_tool
+from trace_agents.envs.base import Split
+from trace_agents.envs.bfcl import BfclEnv, load_category, split_of
+from trace_agents.synthesis.families import TEST_SEEDS, TRAIN_SEEDS
+from trace_agents.types import Message
+
+_STOP = {"the", "and", "for", "with", "given", "from", "based", "that", "this", "specified", "specific", "into",
+         "note", "provided", "function", "python", "syntax", "which", "their", "about", "certain", "using"}
+
+
+def _words(f: dict) -> frozenset[str]:
+    text = f"{f['name'].replace('.', ' ').replace('_', ' ')} {f.get('description', '')}".lower()
+    return frozenset(w for w in re.findall(r"[a-z]{3,}", text) if w not in _STOP)
+
+
+def _name_words(f: dict) -> frozenset[str]:
+    spaced = re.sub(r"([a-z])([A-Z])", r"\1 \2", f["name"]).replace(".", " ").replace("_", " ").lower()
+    return frozenset(w for w in spaced.split() if w not in {"get", "calc", "calculate", "find", "search"})
+
+
+def _likeness(a: frozenset[str], b: frozenset[str]) -> float:
+    return len(a & b) / max(1, len(a | b))
+
+
+def _same_job(f: dict, g: dict) -> bool:
+    """Two train functions that would both serve a request (BFCL repeats a tool under other names:
+    compound_interest, financial.compound_interest, calc_Compound_Interest): such a distractor would
+    make a right call score 0, so it is never offered."""
+    return _likeness(_name_words(f), _name_words(g)) >= 0.5 or _likeness(_words(f), _words(g)) >= 0.5
+
+
+def _first_accepted(options: dict) -> dict:
+    """BFCL possible answers list the accepted values of each param, dict params nesting the same
+    form per key: take the first of each, dropping params whose first is '' (may be left out)."""
+    def unwrap(value):
+        if isinstance(value, dict):
+            return _first_accepted(value)
+        return [unwrap(v) for v in value] if isinstance(value, list) else value
+
+    return {k: unwrap(copy.deepcopy(v[0])) for k, v in options.items() if v and v[0] != ""}
+
+
+@lru_cache(maxsize=None)
+def _train_material(category: str) -> tuple[tuple[str, ...], tuple[dict, ...]]:
+    """(train task ids with one reference call, every distinct function of the train split)."""
+    entries, answers = load_category(category)
+    ids = sorted(i for i, s in split_of(category).items() if s == "train" and len(answers[i]["ground_truth"]) == 1)
+    functions = {f["name"]: f for i in ids for f in entries[i]["function"]}
+    return tuple(ids), tuple(functions[n] for n in sorted(functions))
+
+
+class _TargetDrill(BfclEnv):
+    """A train task of a single-turn BFCL category, reshaped by `_offer` (see the module docstring)."""
+
+    capability: ClassVar[str] = ""
+
+    def __init__(self, difficulty: float = 0.5, category: str = "multiple"):
+        if isinstance(difficulty, bool) or not isinstance(difficulty, (int, float)) or not 0 <= difficulty <= 1:
+            raise ValueError(f"difficulty must be a number between 0 and 1, got {difficulty!r}")
+        if category.startswith("multi_turn"):
+            raise ValueError(f"{category!r} is multi-turn; target drills need a single-turn category")
+        super().__init__(category)
+        self.checker_category = "multiple"  # the answer is looked up among the offered functions
+        self.difficulty = float(difficulty)
+        self.name = f"target/{self.capability}"
+        self.ids, self.pool = _train_material(category)
+        if not self.ids:
+            raise ValueError(f"bfcl/{category} has no train task with a single reference call")
+
+    def seeds(self, split: Split) -> list[int]:
+        if split not in ("train", "test"):
+            raise ValueError(f"unknown split {split!r}: use train or test")
+        return list(TRAIN_SEEDS if split == "train" else TEST_SEEDS)
+
+    def reset(self, seed: int) -> list[Message]:
+        task_id = self._task(random.Random(f"target/{self.capability}/task/{seed}"))
+        messages = super().reset(int(task_id.rsplit("_", 1)[1]))
+        offered = self._offer(random.Random(f"target/{self.capability}/extra/{seed}"))
+        random.Random(f"target/{self.capability}/order/{seed}").shuffle(offered)
+        self.entry = {**copy.deepcopy(self.entry), "function": offered}
+        self.functions = offered
+        self.tools = [to_openai_tool(f) for f in offered]
+        self.task_id = f"{self.capability}_{seed}"
+        return messages
+
+    def _task(self, rng: random.Random) -> str:
+        return rng.choice(self.ids)
+
+    def _offer(self, rng: random.Random) -> list[dict]:
+        raise NotImplementedError
+
+    @property
+    def answer_name(self) -> str:
+        return next(iter(self.answer[0]))
+
+    def _answer_function(self) -> dict:
+        return next(f for f in self.entry["function"] if f["name"] == self.answer_name)
+
+    def reference(self) -> list[tuple[str, dict]]:
+        """One accepted solution: each param's first accepted value ('' = may be left out)."""
+        (name, params), = self.answer[0].items()
+        return [(name, _first_accepted(params))]
+
+
+class TargetFunctionSelectionEnv(_TargetDrill):
+    """Trains `function_selection` on the target's train requests among more look-alike functions
+    than BFCL offers (BFCL `multiple`: pick the one right function, never an invented one)."""
+
+    capability = "function_selection"
+
+    def _offer(self, rng: random.Random) -> list[dict]:
+        return self.entry["function"] + self._distractors(rng)
+
+    def _distractors(self, rng: random.Random) -> list[dict]:
+        d = self.difficulty
+        taken = {f["name"] for f in self.entry["function"]}
+        target = self._answer_function()
+        rest = [f for f in self.pool if f["name"] not in taken and not _same_job(f, target)]
+        near = sorted(rest, key=lambda f: (-_likeness(_words(target), _words(f)), f["name"]))
+        k = min(len(rest), rng.randint(round(2 * d), 1 + round(5 * d)))
+        chosen: list[dict] = []
+        for _ in range(k):
+            pool = near[:8] if rng.random() < 0.25 + 0.75 * d else near
+            pick = rng.choice([f for f in pool if f not in chosen] or [f for f in near if f not in chosen])
+            chosen.append(pick)
+        return chosen
+
+    def hint(self) -> str:
+        alike = sorted(self.functions, key=lambda f: -_likeness(_words(f), _words(self._answer_function())))[:3]
+        return ("Several offered functions look alike: " + "; ".join(
+            f"{f['name']} ({f.get('description', '').split('.')[0].lower()})" for f in sorted(alike, key=lambda f: f["name"]))
+            + ". Match the request to one of these descriptions, call only that function, and take every"
+              " value from the request.")
+
+
+class TargetArgumentGroundingEnv(_TargetDrill):
+    """Trains `argument_value_grounding`: a train request with only its answer's function offered, so
+    the reward is all about turning the request's words into exact values of the declared types."""
+
+    capability = "argument_value_grounding"
+
+    def _task(self, rng: random.Random) -> str:
+        # more arguments to fill at higher difficulty: weight (1 + n)^(3d), uniform at 0
+        answers = load_category(self.category)[1]
+        n = [len(next(iter(answers[i]["ground_truth"][0].values()))) for i in self.ids]
+        return rng.choices(self.ids, weights=[(1 + k) ** (3 * self.difficulty) for k in n])[0]
+
+    def _offer(self, rng: random.Random) -> list[dict]:
+        return [self._answer_function()]
+
+    def hint(self) -> str:
+        params = self._answer_function().get("parameters", {}).get("properties", {})
+        return ("Take every value from the request, converted to the parameter's declared type ("
+                + ", ".join(f"{k}: {v.get('type', 'any')}" for k, v in params.items())
+                + "); fill each parameter the request mentions and invent none.")
