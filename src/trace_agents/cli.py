@@ -300,7 +300,7 @@ def synthesize_cmd(
     samples: int = typer.Option(4, "--samples", help="Calibration samples per seed."),
     rounds: int = typer.Option(3, "--rounds", help="Calibration bisection rounds at most."),
     source: str = typer.Option("catalog", "--source", help="catalog: built-in families on the warm-up catalog | target: "
-                               "drills on the target's own train tasks where a capability has them (function_selection)."),
+                               "drills on the target's own train tasks where a capability has them (function_selection, argument_value_grounding)."),
 ):
     """One validated (and calibrated) environment per selected capability (stage 2); a rerun with the
     same model, seeds, samples and rounds reuses the saved calibrations."""

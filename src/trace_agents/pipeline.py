@@ -45,7 +45,7 @@ class SynthesisCfg(_Cfg):
     rounds: int = Field(3, ge=1, description="Calibration bisection rounds at most.")
     difficulty: float = Field(0.5, ge=0, le=1, description="Difficulty of built-in families when not calibrating.")
     source: Literal["catalog", "target"] = Field("catalog", description="Built-in families on the warm-up catalog, or, "
-                                                 "where one exists, drills on the target's own train tasks (target/function_selection).")
+                                                 "where one exists, drills on the target's own train tasks (function_selection, argument_value_grounding).")
 
 
 class TrainingCfg(_Cfg):
