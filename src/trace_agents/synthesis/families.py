@@ -39,6 +39,19 @@ TRAIN_SEEDS = range(0, 100_000)
 TEST_SEEDS = range(1_000_000, 1_001_000)
 
 
+def family_seeds(split: Split) -> list[int]:
+    """The seeds of a split for the seed-first built-in envs (disjoint train and test ranges)."""
+    if split not in ("train", "test"):
+        raise ValueError(f"unknown split {split!r}: use train or test")
+    return list(TRAIN_SEEDS if split == "train" else TEST_SEEDS)
+
+
+def checked_difficulty(difficulty: float) -> float:
+    if isinstance(difficulty, bool) or not isinstance(difficulty, (int, float)) or not 0 <= difficulty <= 1:
+        raise ValueError(f"difficulty must be a number between 0 and 1, got {difficulty!r}")
+    return float(difficulty)
+
+
 @dataclass
 class Task:
     functions: list[Func]  # offered, in order
@@ -116,9 +129,7 @@ class SingleTurnFamily:
     capability: ClassVar[str] = ""
 
     def __init__(self, difficulty: float = 0.5):
-        if isinstance(difficulty, bool) or not isinstance(difficulty, (int, float)) or not 0 <= difficulty <= 1:
-            raise ValueError(f"difficulty must be a number between 0 and 1, got {difficulty!r}")
-        self.difficulty = float(difficulty)
+        self.difficulty = checked_difficulty(difficulty)
         self.tricky = 0.0  # share of free-text values made JSON-hostile (ToolCallFormatEnv raises it)
         self.name = f"synthetic/{self.capability}"
         self.task_id = ""
@@ -131,9 +142,7 @@ class SingleTurnFamily:
         self.drawn: list[tuple[Func, dict, dict]] = []
 
     def seeds(self, split: Split) -> list[int]:
-        if split not in ("train", "test"):
-            raise ValueError(f"unknown split {split!r}: use train or test")
-        return list(TRAIN_SEEDS if split == "train" else TEST_SEEDS)
+        return family_seeds(split)
 
     def reset(self, seed: int) -> list[Message]:
         self.drawn = []

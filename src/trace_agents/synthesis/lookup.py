@@ -40,6 +40,7 @@ from typing import Any, Literal
 
 from trace_agents.agent.format import function_doc, to_openai_tool
 from trace_agents.envs.base import Split, Step
+from trace_agents.synthesis.families import family_seeds
 from trace_agents.synthesis.matching import match_calls
 from trace_agents.types import Message, Verdict
 
@@ -186,9 +187,7 @@ class LookupThenActEnv:
         self._task: Task | None = None
 
     def seeds(self, split: Split) -> list[int]:
-        if split not in ("train", "test"):
-            raise ValueError(f"unknown split {split!r}: use train or test")
-        return list(range(0, 100_000) if split == "train" else range(1_000_000, 1_001_000))
+        return family_seeds(split)
 
     def reset(self, seed: int) -> list[Message]:
         self._task = generate_task(seed, self.difficulty, self.known_ids)

@@ -82,7 +82,7 @@ def synthesize_all(capabilities: Path, target: str, out: Path, *, llm: str | Non
     summary: dict[str, Any] = {"target": target, "environments": {}}
     for cap in selected_capabilities(capabilities):
         name = cap["name"]
-        drills = name in families and families[name][0] in target_families().values()
+        drills = source == "target" and name in target_families()
         entry: dict[str, Any] = {"source": ("target" if drills else "builtin") if name in families else ("llm" if llm else None)}
         if name in families:
             if model:

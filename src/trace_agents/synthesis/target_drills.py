@@ -24,13 +24,13 @@ from __future__ import annotations
 import copy
 import random
 import re
-from functools import lru_cache
+from functools import cached_property, lru_cache
 from typing import ClassVar
 
 from trace_agents.agent.format import to_openai_tool
 from trace_agents.envs.base import Split
 from trace_agents.envs.bfcl import BfclEnv, load_category, split_of
-from trace_agents.synthesis.families import TEST_SEEDS, TRAIN_SEEDS
+from trace_agents.synthesis.families import checked_difficulty, family_seeds
 from trace_agents.types import Message
 
 _STOP = {"the", "and", "for", "with", "given", "from", "based", "that", "this", "specified", "specific", "into",
@@ -84,22 +84,19 @@ class _TargetDrill(BfclEnv):
     capability: ClassVar[str] = ""
 
     def __init__(self, difficulty: float = 0.5, category: str = "multiple"):
-        if isinstance(difficulty, bool) or not isinstance(difficulty, (int, float)) or not 0 <= difficulty <= 1:
-            raise ValueError(f"difficulty must be a number between 0 and 1, got {difficulty!r}")
+        difficulty = checked_difficulty(difficulty)
         if category.startswith("multi_turn"):
             raise ValueError(f"{category!r} is multi-turn; target drills need a single-turn category")
         super().__init__(category)
         self.checker_category = "multiple"  # the answer is looked up among the offered functions
-        self.difficulty = float(difficulty)
+        self.difficulty = difficulty
         self.name = f"target/{self.capability}"
         self.ids, self.pool = _train_material(category)
         if not self.ids:
             raise ValueError(f"bfcl/{category} has no train task with a single reference call")
 
     def seeds(self, split: Split) -> list[int]:
-        if split not in ("train", "test"):
-            raise ValueError(f"unknown split {split!r}: use train or test")
-        return list(TRAIN_SEEDS if split == "train" else TEST_SEEDS)
+        return family_seeds(split)
 
     def reset(self, seed: int) -> list[Message]:
         task_id = self._task(random.Random(f"target/{self.capability}/task/{seed}"))
@@ -145,7 +142,8 @@ class TargetFunctionSelectionEnv(_TargetDrill):
         taken = {f["name"] for f in self.entry["function"]}
         target = self._answer_function()
         rest = [f for f in self.pool if f["name"] not in taken and not _same_job(f, target)]
-        near = sorted(rest, key=lambda f: (-_likeness(_words(target), _words(f)), f["name"]))
+        words = _words(target)
+        near = sorted(rest, key=lambda f: (-_likeness(words, _words(f)), f["name"]))
         k = min(len(rest), rng.randint(round(2 * d), 1 + round(5 * d)))
         chosen: list[dict] = []
         for _ in range(k):
@@ -155,7 +153,8 @@ class TargetFunctionSelectionEnv(_TargetDrill):
         return chosen
 
     def hint(self) -> str:
-        alike = sorted(self.functions, key=lambda f: -_likeness(_words(f), _words(self._answer_function())))[:3]
+        words = _words(self._answer_function())
+        alike = sorted(self.functions, key=lambda f: -_likeness(_words(f), words))[:3]
         return ("Several offered functions look alike: " + "; ".join(
             f"{f['name']} ({f.get('description', '').split('.')[0].lower()})" for f in sorted(alike, key=lambda f: f["name"]))
             + ". Match the request to one of these descriptions, call only that function, and take every"
@@ -169,10 +168,14 @@ class TargetArgumentGroundingEnv(_TargetDrill):
     capability = "argument_value_grounding"
 
     def _task(self, rng: random.Random) -> str:
-        # more arguments to fill at higher difficulty: weight (1 + n)^(3d), uniform at 0
+        return rng.choices(self.ids, weights=self._weights)[0]
+
+    @cached_property
+    def _weights(self) -> list[float]:
+        """More arguments to fill at higher difficulty: weight (1 + n)^(3d), uniform at 0."""
         answers = load_category(self.category)[1]
         n = [len(next(iter(answers[i]["ground_truth"][0].values()))) for i in self.ids]
-        return rng.choices(self.ids, weights=[(1 + k) ** (3 * self.difficulty) for k in n])[0]
+        return [(1 + k) ** (3 * self.difficulty) for k in n]
 
     def _offer(self, rng: random.Random) -> list[dict]:
         return [self._answer_function()]
