@@ -248,6 +248,51 @@ def test_gate_training_learns_separable_labels(adapters, tok):
     assert after["switches_per_trajectory"] > 0  # template tokens vs content tokens
 
 
+def _next_token_logp(model, ids, slot):
+    """log p(token t+1) at each position t of one unpadded sequence with every token on `slot`."""
+    model.force_expert(slot)
+    with torch.no_grad():
+        logits = model(input_ids=torch.tensor([ids])).logits[0, :-1].float()
+    model.force_expert(None)
+    return logits.log_softmax(-1).gather(-1, torch.tensor(ids[1:])[:, None]).squeeze(-1)
+
+
+def test_likelihood_labels_pick_the_expert_that_writes_each_reply_token(adapters, tok):
+    from trace_agents.compose.gates import GateTrainConfig, _likelihood_labels, encode
+
+    model = composed(adapters, seed=3)
+    names = ["alpha", "beta", "gamma", "none"]
+    rows = [(*encode(tok, t, 256), model.expert_names.index(n), None) for t, n in synthetic(1, names, seed=4)]
+    # batched with padding (rows differ in length) vs one unpadded sequence at a time
+    labelled = _likelihood_labels(model, rows, GateTrainConfig(batch=3, margin=0.05), tok.pad_token_id)
+    moved = 0
+    for (ids, reply, _, _), (_, _, best, labels) in zip(rows, labelled):
+        logp = torch.stack([_next_token_logp(model, ids, e) for e in range(len(model.expert_names))], -1)
+        predicts = torch.tensor(reply[1:])
+        assert best == int(logp[predicts].sum(0).argmax()) and len(labels) == len(ids)
+        for t, label in enumerate(labels[:-1]):
+            gain = logp[t].max() - logp[t, best]
+            if predicts[t] and gain > 0.05 + 1e-4:
+                assert label == int(logp[t].argmax()), (t, logp[t])
+                moved += label != best
+            elif not predicts[t] or gain < 0.05 - 1e-4:
+                assert label == best
+        assert labels[-1] == best
+    assert moved > 0  # random adapters disagree somewhere: some reply tokens leave the reply's expert
+    never = _likelihood_labels(model, rows, GateTrainConfig(batch=3, margin=1e9), tok.pad_token_id)
+    assert all(set(labels) == {best} for _, _, best, labels in never)
+    assert model.forced_expert is None
+
+
+def test_gate_training_on_likelihood_labels_reports_their_split(adapters, tok):
+    model = composed(adapters, seed=5)
+    metrics = train_gates(model, tok, synthetic(1, ["alpha", "beta"]), steps=3, rounds=2, batch=4, labels="likelihood")
+    assert metrics["labels"] == "likelihood" and abs(sum(metrics["label_share"].values()) - 1) < 1e-4
+    assert sum(v > 0 for v in metrics["label_share"].values()) >= 2
+    with pytest.raises(ValueError, match="labels env\\|likelihood"):
+        train_gates(model, tok, synthetic(1, ["alpha"]), labels="expert")
+
+
 def test_encode_marks_exactly_the_assistant_reply(tok):
     from trace_agents.compose.gates import encode
 

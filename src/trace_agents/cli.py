@@ -443,6 +443,7 @@ def compose_cmd(
     decide: str = typer.Option("causal_mean", "--decide", help="Top-1 over each token's own gate logits (token) or their running mean over the sequence (causal_mean)."),
     gate_steps: int = typer.Option(150, "--gate-steps", help="Gate fit steps per round on cached features (0: untrained gates)."),
     gate_trajectories: int = typer.Option(64, "--gate-trajectories", help="Reference trajectories per environment for the gates and the task router."),
+    gate_labels: str = typer.Option("env", "--gate-labels", help="Gate labels: env (every token of a trajectory -> its env's adapter) | likelihood (each token -> the expert most likely to write it; use with --decide token)."),
     task_router: bool = typer.Option(True, "--task-router/--no-task-router", help="Also fit the task-level router (`--router task` in evaluate, the vLLM proxy)."),
     top_p: float = typer.Option(0.5, "--top-p", help="Task router: adapters kept until their probabilities reach this mass."),
     capabilities: Optional[Path] = typer.Option(None, "--capabilities", help="capabilities.json: definitions for the task router's prompt."),
@@ -453,11 +454,13 @@ def compose_cmd(
 
     if router not in ("block", "global"):
         raise UsageError(f"--router must be block or global, not {router!r} (per-episode routing is `evaluate --router task`)")
+    if gate_labels not in ("env", "likelihood"):
+        raise UsageError(f"--gate-labels must be env or likelihood, not {gate_labels!r}")
     adapters = {k: Path(v) for k, v in _pairs(adapter, "--adapter").items()}
     modules = {**(envs_from_synthesis(envs) if envs else {}), **_pairs(env, "--env")}
     try:
         summary = build(model, adapters, modules, out, router=router, decide=decide, gate_steps=gate_steps,
-                        gate_trajectories=gate_trajectories, task_router=task_router, top_p=top_p,
+                        gate_trajectories=gate_trajectories, gate_labels=gate_labels, task_router=task_router, top_p=top_p,
                         definitions=definitions_from(capabilities), device=device, dtype=dtype,
                         log=lambda m: console.print(m, markup=False))
     except ValueError as e:

@@ -64,6 +64,8 @@ class ComposeCfg(_Cfg):
     decide: Literal["token", "causal_mean"] = Field("causal_mean", description="Top-1 over each token's gate logits or their running mean.")
     gate_steps: int = Field(150, ge=0, description="Gate fit steps per round on cached router features (0: untrained gates).")
     gate_trajectories: int = Field(64, ge=1, description="Reference trajectories per capability env (gates, task router).")
+    gate_labels: Literal["env", "likelihood"] = Field("env", description="Gate labels: each trajectory's env adapter, or per token "
+                                                      "the expert most likely to write it (pair with decide: token).")
     task_router: bool = Field(True, description="Fit the task-level router too (evaluated as system task_router).")
     top_p: float = Field(0.5, gt=0, le=1)
     gate_grpo_steps: int = Field(0, ge=0, description="GRPO steps on the gates only, against the target's train split, "
@@ -261,7 +263,8 @@ def run_pipeline(config: RunConfig, resume: bool = True, log: Callable[[str], No
 
         c = config.compose
         build(model, adapter_dirs, {n: str(p) for n, p in envs.items()}, d / "composed", router=c.router, decide=c.decide,
-              gate_steps=c.gate_steps, gate_trajectories=c.gate_trajectories, task_router=c.task_router,
+              gate_steps=c.gate_steps, gate_trajectories=c.gate_trajectories, gate_labels=c.gate_labels,
+              task_router=c.task_router,
               top_p=c.top_p, definitions=definitions_from(analysis_dir / "capabilities.json"), log=log)
         if c.gate_grpo_steps:
             _train_gates(make_target, d / "composed", d / "gate_grpo", config.training, c, max_steps,

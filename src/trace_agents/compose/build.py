@@ -17,6 +17,7 @@ from trace_agents.types import write_json
 
 def build(model: str, adapters: dict[str, Path], envs: dict[str, str], out: Path, *,
           router: Literal["block", "global"] = "block", decide: Literal["token", "causal_mean"] = "causal_mean", gate_steps: int = 150, gate_trajectories: int = 64,
+          gate_labels: Literal["env", "likelihood"] = "env",
           task_router: bool = True, top_p: float = 0.5, definitions: dict[str, str] | None = None,
           device: str | None = None, dtype: str = "float32", log=print) -> dict[str, Any]:
     """Write OUT/composed.json, gates.safetensors, gates.json, routing.json (+ the task router)."""
@@ -40,7 +41,7 @@ def build(model: str, adapters: dict[str, Path], envs: dict[str, str], out: Path
         train = [(reference_trajectory(make, seed), name) for name, make in makers.items()
                  for seed in make().seeds("train")[:gate_trajectories]]
         log(f"training gates on {len(train)} reference trajectories")
-        metrics = train_gates(composed, tok, train, GateTrainConfig(steps=gate_steps))
+        metrics = train_gates(composed, tok, train, GateTrainConfig(steps=gate_steps, labels=gate_labels))
         write_json(out / "gates.json", metrics)
         summary["gates"] = {k: v for k, v in metrics.items() if k != "history"}
         for name, make in makers.items():

@@ -1,9 +1,14 @@
 """Gate training and routing statistics of a composed model (DESIGN.md §1 stage 4).
 
-Supervised warm start: a trajectory from capability environment c has every token labelled c
-(target-task trajectories may be labelled "none", the base); every router learns to predict the label
-with cross-entropy, plus Switch's load-balancing term. Base and adapters stay frozen and only the
-routers change.
+Supervised warm start: every router learns to predict each token's label with cross-entropy, plus
+Switch's load-balancing term. Base and adapters stay frozen and only the routers change. Labels:
+- "env": a trajectory from capability environment c has every token labelled c (target-task
+  trajectories may be labelled "none", the base). The gates learn which *task* they are on.
+- "likelihood": each expert is forced in turn over the trajectory, and a reply token's position is
+  labelled with the expert that makes its next token most likely (the one that would have written
+  it); near-ties and the prompt go to the expert most likely for the whole reply. Different tokens
+  of one reply can then go to different adapters: a function name to the selection adapter, its
+  values to the grounding one. Costs E+1 teacher-forced forwards per trajectory, no generation.
 
 How (why not SGD through the model): a router is a linear probe of the states entering its block, and
 with everything else frozen those states depend only on the routing of the blocks before it. So the
@@ -25,7 +30,7 @@ import json
 import random
 import time
 from dataclasses import dataclass, replace
-from typing import Sequence
+from typing import Literal, Sequence
 
 import torch
 import torch.nn.functional as F
@@ -57,14 +62,21 @@ class GateTrainConfig:
     token first (what generation routes), then a random sample of the rest. Bounds memory."""
     weight_decay: float = 0.0
     seed: int = 0
+    labels: Literal["env", "likelihood"] = "env"
+    """Token labels: the trajectory's environment, or the expert most likely to write each next token
+    (module docstring)."""
+    margin: float = 0.1
+    """With labels "likelihood": nats by which a token's best expert must beat the reply's best
+    expert to take that token (smaller gains are noise and would only add switches)."""
 
     def __post_init__(self) -> None:
-        checks = {"steps": self.steps >= 1, "lr": self.lr > 0, "rounds": self.rounds >= 1, "batch": self.batch >= 1,
+        checks = {"steps": self.steps >= 1, "labels": self.labels in ("env", "likelihood"), "margin": self.margin >= 0, "lr": self.lr > 0, "rounds": self.rounds >= 1, "batch": self.batch >= 1,
                   "aux_coef": self.aux_coef >= 0, "max_tokens": self.max_tokens >= 2,
                   "tokens_per_trajectory": self.tokens_per_trajectory >= 1}
         bad = [k for k, ok in checks.items() if not ok]
         if bad:
-            raise ValueError(f"invalid gate training field(s) {', '.join(bad)} (counts >= 1, lr > 0, aux_coef >= 0)")
+            raise ValueError(f"invalid gate training field(s) {', '.join(bad)} (counts >= 1, lr > 0, aux_coef >= 0, "
+                             "margin >= 0, labels env|likelihood)")
 
 
 def encode(tokenizer, traj: Trajectory, max_tokens: int) -> tuple[list[int], list[bool]]:
@@ -123,7 +135,7 @@ def _positions(reply: list[bool], keep: int, rng: random.Random) -> list[int]:
 
 
 @torch.no_grad()
-def _collect(model: ComposedModel, data: list[tuple[list[int], list[bool], int]], config: GateTrainConfig,
+def _collect(model: ComposedModel, data: list[tuple[list[int], list[bool], int, list[int] | None]], config: GateTrainConfig,
              pad_id: int, rng: random.Random, forced: bool) -> dict[str, torch.Tensor]:
     """Router key -> (tokens, hidden) cached features, and "label" -> (tokens,) their slots."""
     device = next(model.gate_parameters()).device
@@ -142,7 +154,9 @@ def _collect(model: ComposedModel, data: list[tuple[list[int], list[bool], int]]
                 pos = torch.tensor(_positions(data[i][1], config.tokens_per_trajectory, rng), device=device)
                 for key, feats in model.captured.items():
                     out[key].append(feats[row, pos].half())  # normalised states: |x| <= sqrt(hidden), fp16 is safe
-                out["label"].append(torch.full((len(pos),), data[i][2], dtype=torch.long, device=device))
+                per_token = data[i][3]
+                out["label"].append(torch.tensor([per_token[p] for p in pos.tolist()], dtype=torch.long, device=device)
+                                    if per_token is not None else torch.full((len(pos),), data[i][2], dtype=torch.long, device=device))
     finally:
         model.captured = None
         model.force_expert(None)
@@ -180,13 +194,15 @@ def train_gates(model: ComposedModel, tokenizer, labelled: Sequence[tuple[Trajec
         raise ValueError("train_gates needs at least one (trajectory, expert) pair")
     if model.forced_expert is not None:
         raise ValueError("an expert is forced (force_expert); call model.force_expert(None) before training gates")
-    data = [(*encode(tokenizer, t, config.max_tokens), _slot(model, name)) for t, name in labelled]
+    data = [(*encode(tokenizer, t, config.max_tokens), _slot(model, name), None) for t, name in labelled]
     rng = random.Random(config.seed)
     was_training = model.training
     model.eval()
     history: list[dict] = []
     start, cache = time.perf_counter(), None
     try:
+        if config.labels == "likelihood":
+            data = _likelihood_labels(model, data, config, tokenizer.pad_token_id)
         for r in range(config.rounds):
             fresh = _collect(model, data, config, tokenizer.pad_token_id, rng, forced=r == 0)
             cache = fresh if cache is None else {k: torch.cat([cache[k], fresh[k]]) for k in cache}
@@ -194,9 +210,42 @@ def train_gates(model: ComposedModel, tokenizer, labelled: Sequence[tuple[Trajec
     finally:
         model.train(was_training)
     last = history[-1]
+    shares = torch.bincount(cache["label"], minlength=len(model.expert_names)) / cache["label"].numel()
     return {"steps": config.steps, "rounds": config.rounds, "examples": len(data), "tokens": int(cache["label"].numel()),
+            "labels": config.labels, "label_share": {n: round(float(f), 6) for n, f in zip(model.expert_names, shares)},
             "loss": last["loss"], "ce": last["ce"], "aux": last["aux"], "accuracy": last["accuracy"],
             "seconds": round(time.perf_counter() - start, 3), "history": history}
+
+
+@torch.no_grad()
+def _likelihood_labels(model: ComposedModel, data: list, config: GateTrainConfig, pad_id: int) -> list:
+    """Relabel (ids, reply, slot, None) rows with per-token slots (labels "likelihood"): position t
+    predicts token t+1, so it gets the expert under which token t+1 is most likely when t+1 is a
+    reply token and that expert beats the reply's best expert by `margin` nats; every other
+    position, and `slot` itself, becomes the reply's best expert (highest summed log-probability)."""
+    device = next(model.gate_parameters()).device
+    out = []
+    try:
+        for s in range(0, len(data), config.batch):
+            chunk = data[s : s + config.batch]
+            ids, attn = _collate([d[0] for d in chunk], pad_id, device)
+            scores = []
+            for slot in range(len(model.expert_names)):
+                model.force_expert(slot)
+                logits = model(input_ids=ids, attention_mask=attn, use_cache=False).logits[:, :-1]
+                scores.append(logits.float().log_softmax(-1).gather(-1, ids[:, 1:, None]).squeeze(-1))
+            logp = torch.stack(scores, -1)  # (batch, seq-1, E): log p_e(token t+1) at position t
+            for row, (tokens, reply, slot, _) in enumerate(chunk):
+                n = len(tokens)
+                lp = logp[row, : n - 1]
+                predicts = torch.tensor(reply[1:n], dtype=torch.bool, device=lp.device)
+                best_reply = int(lp[predicts].sum(0).argmax()) if predicts.any() else slot
+                gain = lp.max(-1).values - lp[:, best_reply]
+                labels = torch.where(predicts & (gain > config.margin), lp.argmax(-1), best_reply)
+                out.append((tokens, reply, best_reply, labels.tolist() + [best_reply]))
+    finally:
+        model.force_expert(None)
+    return out
 
 
 @torch.no_grad()
