@@ -457,8 +457,8 @@ def compose_cmd(
     if gate_labels not in ("env", "likelihood"):
         raise UsageError(f"--gate-labels must be env or likelihood, not {gate_labels!r}")
     adapters = {k: Path(v) for k, v in _pairs(adapter, "--adapter").items()}
-    modules = {**(envs_from_synthesis(envs) if envs else {}), **_pairs(env, "--env")}
     try:
+        modules = {**(envs_from_synthesis(envs) if envs else {}), **_pairs(env, "--env")}
         summary = build(model, adapters, modules, out, router=router, decide=decide, gate_steps=gate_steps,
                         gate_trajectories=gate_trajectories, gate_labels=gate_labels, task_router=task_router, top_p=top_p,
                         definitions=definitions_from(capabilities), device=device, dtype=dtype,

@@ -229,15 +229,20 @@ def _likelihood_labels(model: ComposedModel, data: list, config: GateTrainConfig
         for s in range(0, len(data), config.batch):
             chunk = data[s : s + config.batch]
             ids, attn = _collate([d[0] for d in chunk], pad_id, device)
+            width = ids.shape[1]
+            # only positions that predict a reply token need the 49k-vocabulary head: keep the window
+            # from the earliest one (replies close the trajectory; right padding keeps rows aligned left)
+            start = min((r.index(True) - 1 for _, r, _, _ in chunk if True in r[1:]), default=width - 1)
+            start = max(start, 0)
             scores = []
             for slot in range(len(model.expert_names)):
                 model.force_expert(slot)
-                logits = model(input_ids=ids, attention_mask=attn, use_cache=False).logits[:, :-1]
-                scores.append(logits.float().log_softmax(-1).gather(-1, ids[:, 1:, None]).squeeze(-1))
-            logp = torch.stack(scores, -1)  # (batch, seq-1, E): log p_e(token t+1) at position t
+                logits = model(input_ids=ids, attention_mask=attn, use_cache=False, logits_to_keep=width - start).logits[:, :-1]
+                scores.append(logits.float().log_softmax(-1).gather(-1, ids[:, start + 1 :, None]).squeeze(-1))
+            logp = torch.stack(scores, -1)  # (batch, width-1-start, E): log p_e(token t+1) at position start+t
             for row, (tokens, reply, slot, _) in enumerate(chunk):
                 n = len(tokens)
-                lp = logp[row, : n - 1]
+                lp = torch.cat([logp.new_zeros((start, logp.shape[-1])), logp[row, : n - 1 - start]])  # zeros: no gain
                 predicts = torch.tensor(reply[1:n], dtype=torch.bool, device=lp.device)
                 best_reply = int(lp[predicts].sum(0).argmax()) if predicts.any() else slot
                 gain = lp.max(-1).values - lp[:, best_reply]
