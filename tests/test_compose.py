@@ -313,10 +313,10 @@ def test_first_round_caches_features_of_each_label_expert_forced(adapters, tok):
 
     model = composed(adapters)
     pairs = synthetic(1, ["alpha", "beta"])
-    data = [(*encode(tok, t, 64), model.expert_names.index(n)) for t, n in pairs]
+    data = [(*encode(tok, t, 64), model.expert_names.index(n), None) for t, n in pairs]  # None: env labels
     config = GateTrainConfig(batch=8, tokens_per_trajectory=10_000, max_tokens=64)
     cache = _collect(model, data, config, tok.pad_token_id, random.Random(0), forced=True)
-    for i, (ids, _, slot) in enumerate(data):
+    for i, (ids, _, slot, _) in enumerate(data):
         model.force_expert(slot)
         model.captured = {}
         with torch.no_grad():
