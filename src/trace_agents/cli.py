@@ -53,7 +53,7 @@ def _progress() -> Progress:
 
 
 # ---- shared options ---------------------------------------------------------------------------
-EnvOpt = typer.Option(..., "--env", help="bfcl/simple_python | bfcl/multiple | bfcl/parallel | bfcl/multi_turn_base | path/to/env.py")
+EnvOpt = typer.Option(..., "--env", help="bfcl/simple_python | bfcl/multiple | bfcl/parallel | bfcl/multi_turn_base | path/to/env.py | synthetic/CAP | target/CAP; A+B: a mixture (seed s -> the (s mod n)-th)")
 ModelOpt = typer.Option(..., "--model", help="smollm2-135m | tiny-random | a local model folder | openai:NAME@BASE_URL")
 SplitOpt = typer.Option("test", "--split", help="train | test")
 LimitOpt = typer.Option(None, "--limit", help="Use the first N seeds of the split (all if omitted).")

@@ -61,7 +61,13 @@ def hash_split(ids: list[str], test_fraction: float = 0.5, salt: str = "trace-ag
 
 def resolve_env(spec: str, **kwargs: Any) -> Callable[[], Env]:
     """A zero-argument factory of fresh Env instances for a CLI `--env` value: a built-in target
-    name (`bfcl/<category>`) or the path of a module holding one Env class."""
+    name (`bfcl/<category>`) or the path of a module holding one Env class; `A+B` is a mixture of
+    several (envs/mixture.py: seed s is a task of the (s mod n)-th)."""
+    if "+" in spec and not Path(spec).exists():
+        from trace_agents.envs.mixture import MixtureEnv
+
+        makers = [resolve_env(part, **kwargs) for part in spec.split("+")]
+        return lambda: MixtureEnv(makers)
     if spec.startswith("bfcl/"):
         from trace_agents.envs.bfcl import CATEGORIES, BfclEnv
 
@@ -83,7 +89,8 @@ def resolve_env(spec: str, **kwargs: Any) -> Callable[[], Env]:
         return lambda: cls(**kwargs)
     raise EnvError(
         f"unknown environment {spec!r}: give bfcl/simple_python, bfcl/multiple, bfcl/parallel, "
-        "bfcl/multi_turn_base, synthetic/<capability>, target/<capability>, or the path of an environment module (.py)"
+        "bfcl/multi_turn_base, synthetic/<capability>, target/<capability>, the path of an environment module (.py), "
+        "or several of these joined by + (a mixture)"
     )
 
 
