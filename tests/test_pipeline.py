@@ -121,3 +121,28 @@ def test_training_lr_and_tokens_reach_grpo_only_when_set(tmp_path, monkeypatch):
     _train(None, "tiny-random", tmp_path, TrainingCfg(), 3, print)
     assert (seen[0].lr, seen[0].max_new_tokens, seen[0].max_steps) == (5e-4, 80, 3)
     assert (seen[1].lr, seen[1].max_new_tokens) == (grpo.PRESETS["cpu"]["lr"], grpo.PRESETS["cpu"]["max_new_tokens"])
+
+
+def test_shared_steps_train_one_adapter_on_all_envs_that_every_capability_adapter_starts_from(tmp_path, monkeypatch):
+    import trace_agents.training.grpo as grpo
+    from trace_agents.pipeline import TrainingCfg, _rollouts_spent, train_adapters
+
+    seen = []
+
+    def fake_train(make_env, model, out, config, **kw):
+        env = make_env()
+        seen.append((sorted(e.name for e in getattr(env, "envs", [env])), out.name, config.steps, config.init_adapter))
+        (out / "adapter").mkdir(parents=True)
+        (out / "adapter" / "adapter_config.json").write_text("{}")
+
+    monkeypatch.setattr(grpo, "train", fake_train)
+    envs = {"a": "bfcl/multiple", "b": "bfcl/simple_python"}
+    t = TrainingCfg(steps=2, shared_steps=5, group_size=2, groups_per_step=1)
+    train_adapters(envs, "tiny-random", tmp_path, t)
+    shared = str(tmp_path / "_shared" / "adapter")
+    assert seen == [(["bfcl/multiple", "bfcl/simple_python"], "_shared", 5, None),
+                    (["bfcl/multiple"], "a", 2, shared), (["bfcl/simple_python"], "b", 2, shared)]
+    seen.clear()
+    train_adapters(envs, "tiny-random", tmp_path / "fresh", t.model_copy(update={"shared_steps": 0}))
+    assert [s[1:] for s in seen] == [("a", 2, None), ("b", 2, None)]
+    assert _rollouts_spent(t, t.shared_steps) == 10
