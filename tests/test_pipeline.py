@@ -117,10 +117,10 @@ def test_training_lr_and_tokens_reach_grpo_only_when_set(tmp_path, monkeypatch):
 
     seen = []
     monkeypatch.setattr(grpo, "train", lambda make_env, model, out, config, **kw: seen.append(config))
-    _train(None, "tiny-random", tmp_path, TrainingCfg(lr=5e-4, max_new_tokens=80), 3, print)
+    _train(None, "tiny-random", tmp_path, TrainingCfg(lr=5e-4, max_new_tokens=80, seed=3), 3, print)
     _train(None, "tiny-random", tmp_path, TrainingCfg(), 3, print)
-    assert (seen[0].lr, seen[0].max_new_tokens, seen[0].max_steps) == (5e-4, 80, 3)
-    assert (seen[1].lr, seen[1].max_new_tokens) == (grpo.PRESETS["cpu"]["lr"], grpo.PRESETS["cpu"]["max_new_tokens"])
+    assert (seen[0].lr, seen[0].max_new_tokens, seen[0].max_steps, seen[0].seed) == (5e-4, 80, 3, 3)
+    assert (seen[1].lr, seen[1].max_new_tokens, seen[1].seed) == (grpo.PRESETS["cpu"]["lr"], grpo.PRESETS["cpu"]["max_new_tokens"], 0)
 
 
 def test_shared_steps_train_one_adapter_on_all_envs_that_every_capability_adapter_starts_from(tmp_path, monkeypatch):
