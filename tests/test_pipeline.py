@@ -146,3 +146,15 @@ def test_shared_steps_train_one_adapter_on_all_envs_that_every_capability_adapte
     train_adapters(envs, "tiny-random", tmp_path / "fresh", t.model_copy(update={"shared_steps": 0}))
     assert [s[1:] for s in seen] == [("a", 2, None), ("b", 2, None)]
     assert _rollouts_spent(t, t.shared_steps) == 10
+
+
+def test_a_shared_adapter_is_evaluated_as_a_system_with_its_own_rollouts(tmp_path):
+    from trace_agents.pipeline import RunConfig, _systems
+
+    config = RunConfig.model_validate({"run_dir": tmp_path, "training": {"steps": 2, "shared_steps": 5, "group_size": 2,
+                                                                         "groups_per_step": 1}})
+    args = (config, "m", {"a": tmp_path / "a", "b": tmp_path / "b"}, tmp_path / "g", tmp_path / "c", 18, 18)
+    systems = _systems(*args, shared=tmp_path / "s")
+    assert list(systems) == ["base", "grpo", "shared_adapter", "adapter:a", "adapter:b", "composed", "task_router"]
+    assert systems["shared_adapter"]["rollouts"] == 10 and systems["adapter:a"]["rollouts"] == 14
+    assert "shared_adapter" not in _systems(*args)

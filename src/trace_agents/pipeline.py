@@ -274,8 +274,9 @@ def run_pipeline(config: RunConfig, resume: bool = True, log: Callable[[str], No
                          lambda m: log(f"[compose] gate GRPO {m}"))
 
     compose_dir = stages.run("compose", config.compose, composition)
+    shared = adapters_dir / "_shared" / "adapter" if config.training.shared_steps else None
     systems = _systems(config, model, adapter_dirs, baseline_dir / "grpo" / "adapter", compose_dir / "composed", spent,
-                       adapters_spent)
+                       adapters_spent, shared)
     table = stages.run("evaluation", [config.evaluation, sorted(systems)],
                        lambda d: evaluate_systems(systems, make_target, d, config.evaluation, max_steps, log))
     summary = {"model": model, "target": config.target, "capabilities": sorted(envs), "rollouts_per_system": spent,
@@ -288,11 +289,14 @@ def run_pipeline(config: RunConfig, resume: bool = True, log: Callable[[str], No
 
 # ---- evaluation ----------------------------------------------------------------------------------
 def _systems(config: RunConfig, model: str, adapters: dict[str, Path], grpo: Path, composed: Path,
-             spent: int, adapters_spent: int) -> dict[str, dict[str, Any]]:
+             spent: int, adapters_spent: int, shared: Path | None = None) -> dict[str, dict[str, Any]]:
     """System name -> make_policy arguments and the training rollouts it cost (the task router uses
-    no gate GRPO rollouts)."""
-    per_adapter = _rollouts_spent(config.training) + _rollouts_spent(config.training, config.training.shared_steps)
+    no gate GRPO rollouts). With a shared adapter, it is a system too (what composition adds to it)."""
+    t = config.training
+    per_adapter = _rollouts_spent(t) + _rollouts_spent(t, t.shared_steps)
     systems: dict[str, dict[str, Any]] = {"base": {"rollouts": 0}, "grpo": {"adapter": str(grpo), "rollouts": spent}}
+    if config.evaluation.single_adapters and shared:
+        systems["shared_adapter"] = {"adapter": str(shared), "rollouts": _rollouts_spent(t, t.shared_steps)}
     if config.evaluation.single_adapters:
         systems.update({f"adapter:{n}": {"adapter": str(p), "rollouts": per_adapter} for n, p in adapters.items()})
     systems["composed"] = {"composed": str(composed), "router": "token", "rollouts": spent}
