@@ -158,3 +158,18 @@ def test_a_shared_adapter_is_evaluated_as_a_system_with_its_own_rollouts(tmp_pat
     assert list(systems) == ["base", "grpo", "shared_adapter", "adapter:a", "adapter:b", "composed", "task_router"]
     assert systems["shared_adapter"]["rollouts"] == 10 and systems["adapter:a"]["rollouts"] == 14
     assert "shared_adapter" not in _systems(*args)
+
+
+def test_max_capabilities_keeps_the_first_valid_envs_by_delta_or_by_coverage(tmp_path):
+    from trace_agents.pipeline import AnalysisCfg, _valid_envs
+
+    caps = {"a": (0.6, 0.35), "b": (0.5, 0.27), "c": (0.4, 0.38), "d": (0.3, 0.5)}
+    (tmp_path / "capabilities.json").write_text(json.dumps({"capabilities": [
+        {"name": n, "mean_delta": d, "mean_coverage": r} for n, (d, r) in caps.items()]}))
+    (tmp_path / "synthesis.json").write_text(json.dumps({"environments": {
+        n: {"module": f"/elsewhere.tmp/{n}.py", "valid": n != "d"} for n in caps}}))
+    by_delta = _valid_envs(tmp_path, tmp_path, AnalysisCfg(max_capabilities=2))
+    assert by_delta == {"a": tmp_path / "a.py", "b": tmp_path / "b.py"}
+    assert list(_valid_envs(tmp_path, tmp_path, AnalysisCfg(max_capabilities=2, rank="coverage"))) == ["c", "a"]
+    with pytest.raises(ValueError):
+        AnalysisCfg(rank="luck")

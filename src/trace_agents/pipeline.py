@@ -34,7 +34,10 @@ class AnalysisCfg(_Cfg):
     delta: float = Field(0.2, ge=0, le=1)
     rho: float = Field(0.1, ge=0, le=1)
     rollout_limit: int | None = Field(None, ge=1, description="Train tasks rolled out for the analysis (all if null).")
-    max_capabilities: int = Field(4, ge=1, description="Adapters to train at most (top mean Δ first).")
+    max_capabilities: int = Field(4, ge=1, description="Adapters to train at most (the first by `rank`).")
+    rank: Literal["delta", "coverage"] = Field("delta", description="Which selected capabilities get the adapters when "
+                                               "max_capabilities cuts them: highest mean Δ first, or highest mean coverage ρ "
+                                               "(the share of failed trajectories that lack the capability) first.")
 
 
 class SynthesisCfg(_Cfg):
@@ -244,7 +247,7 @@ def run_pipeline(config: RunConfig, resume: bool = True, log: Callable[[str], No
                        difficulty=s.difficulty, source=s.source)
 
     synthesis_dir = stages.run("synthesis", config.synthesis, synthesis)
-    envs = _valid_envs(synthesis_dir, config.analysis.max_capabilities)
+    envs = _valid_envs(synthesis_dir, analysis_dir, config.analysis)
 
     adapters_dir = stages.run("adapters", [config.training, sorted(envs)],
                               lambda d: train_adapters(envs, model, d, config.training, log))
@@ -344,11 +347,20 @@ def _file(system: str) -> str:
     return system.replace(":", "_")
 
 
-def _valid_envs(synthesis_dir: Path, limit: int) -> dict[str, Path]:
+def _valid_envs(synthesis_dir: Path, analysis_dir: Path, a: AnalysisCfg) -> dict[str, Path]:
+    """The first `a.max_capabilities` valid environments, ranked by their capability's mean Δ or coverage.
+
+    Why coverage: under a cap on adapters, Δ can rank first a capability whose absence explains few
+    failures. On bfcl/multiple (session 12, README) Δ put request_detail_coverage (Δ 0.49, ρ 0.27)
+    before function_selection (Δ 0.42, ρ 0.38), whose absence shows as the base's most common failure
+    (a wrong function name, 30 of 72), and the two adapters left it nearly unfixed (30 -> 25)."""
     summary = json.loads((synthesis_dir / "synthesis.json").read_text())["environments"]
-    ok = {n: Path(e["module"]) for n, e in summary.items() if e.get("valid")}
+    stats = {c["name"]: c for c in json.loads((analysis_dir / "capabilities.json").read_text())["capabilities"]}
+    key = "mean_delta" if a.rank == "delta" else "mean_coverage"
+    valid = [n for n, e in summary.items() if e.get("valid")]
+    valid.sort(key=lambda n: -stats.get(n, {}).get(key, 0.0))  # stable: the analysis order breaks ties
     # synthesize_all wrote the modules into the stage's temporary folder; they now live in the final one
-    return {n: synthesis_dir / p.name for n, p in list(ok.items())[:limit]}
+    return {n: synthesis_dir / Path(summary[n]["module"]).name for n in valid[: a.max_capabilities]}
 
 
 def _rollouts_spent(t: TrainingCfg, steps: int | None = None) -> int:
