@@ -113,14 +113,14 @@ BUDGETS: dict[str, dict[str, Any]] = {
         "compose": {"gate_steps": 100, "gate_trajectories": 16},
         "evaluation": {"limit": 40, "max_new_tokens": 128, "single_adapters": False},
     },
-    # The paper-table run on this CPU (about two hours; resumable stage by stage), all 100 held-out
-    # bfcl/multiple tasks. Settings measured by hand in the session of 2026-12-04 (README): drills on the
-    # target's own train tasks pinned at difficulty 0 (0.25 left training success below 50%), lr 5e-4,
-    # and a shared adapter on both drills first (one adapter on both drills beat two composed apart,
-    # 51% vs 38%), then 4 specialising steps per capability. No gate GRPO: +1 point for 128 rollouts.
+    # The paper-table run on this CPU (100 minutes with another run beside it, plus the warm-up; resumable stage by
+    # stage), all 100 held-out bfcl/multiple tasks. Drills on the target's own train tasks pinned at
+    # difficulty 0 (0.25 left training success below 50%), lr 5e-4, and a shared adapter on all the
+    # capability envs first, then 4 own steps per capability (README, session 12: composed 46% against
+    # 35% for these settings with 2 capabilities, which left function_selection out). No gate GRPO.
     "table": {
         "model": "smollm2-135m", "target": "bfcl/multiple", "warmup": {"steps": 30},
-        "analysis": {"rollout_limit": 200, "max_capabilities": 2},
+        "analysis": {"rollout_limit": 200, "max_capabilities": 3},
         "synthesis": {"calibrate": False, "difficulty": 0.0, "source": "target"},
         "training": {"steps": 4, "shared_steps": 16, "group_size": 8, "groups_per_step": 2, "hint_fraction": 0.25,
                      "lr": 5e-4, "max_new_tokens": 80},
