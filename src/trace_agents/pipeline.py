@@ -277,7 +277,7 @@ def run_pipeline(config: RunConfig, resume: bool = True, log: Callable[[str], No
                          lambda m: log(f"[compose] gate GRPO {m}"))
 
     compose_dir = stages.run("compose", config.compose, composition)
-    shared = adapters_dir / "_shared" / "adapter" if config.training.shared_steps else None
+    shared = adapters_dir / SHARED / "adapter" if config.training.shared_steps else None
     systems = _systems(config, model, adapter_dirs, baseline_dir / "grpo" / "adapter", compose_dir / "composed", spent,
                        adapters_spent, shared)
     table = stages.run("evaluation", [config.evaluation, sorted(systems)],
@@ -298,9 +298,9 @@ def _systems(config: RunConfig, model: str, adapters: dict[str, Path], grpo: Pat
     t = config.training
     per_adapter = _rollouts_spent(t) + _rollouts_spent(t, t.shared_steps)
     systems: dict[str, dict[str, Any]] = {"base": {"rollouts": 0}, "grpo": {"adapter": str(grpo), "rollouts": spent}}
-    if config.evaluation.single_adapters and shared:
-        systems["shared_adapter"] = {"adapter": str(shared), "rollouts": _rollouts_spent(t, t.shared_steps)}
     if config.evaluation.single_adapters:
+        if shared:
+            systems["shared_adapter"] = {"adapter": str(shared), "rollouts": _rollouts_spent(t, t.shared_steps)}
         systems.update({f"adapter:{n}": {"adapter": str(p), "rollouts": per_adapter} for n, p in adapters.items()})
     systems["composed"] = {"composed": str(composed), "router": "token", "rollouts": spent}
     if config.compose.task_router:
@@ -380,6 +380,9 @@ def _step_line(steps: int) -> Callable[[dict], str]:
     return lambda m: f"step {m['step']}/{steps} reward {m['reward']:.3f} success {m['success']:.2f} ({m['seconds']:.0f}s)"
 
 
+SHARED = "_shared"  # the shared adapter's folder in the adapters stage (training.shared_steps)
+
+
 def train_adapters(envs: dict[str, Path], model: str, out: Path, t: TrainingCfg, log: Callable[[str], None] = print) -> None:
     """One adapter per capability env in `out/<name>/adapter`. With `t.shared_steps`, one adapter is
     first trained on all the envs mixed (`out/_shared`) and each capability adapter starts from it.
@@ -389,15 +392,19 @@ def train_adapters(envs: dict[str, Path], model: str, out: Path, t: TrainingCfg,
     the same rollouts 51%. Starting every expert from the shared adapter keeps what they have in
     common out of the split budget; the per-capability steps then specialise it."""
     from trace_agents.envs.base import resolve_env
+    from trace_agents.envs.mixture import MixtureEnv
 
+    # the env factories themselves, not an `A+B` string: a run folder's path may hold a "+"
+    makers = {name: resolve_env(str(module)) for name, module in envs.items()}
     init = None
     if t.shared_steps:
-        mixed = "+".join(str(module) for module in envs.values())
-        _train(resolve_env(mixed), model, out / "_shared", t.model_copy(update={"steps": t.shared_steps}), 8,
+        parts = list(makers.values())
+        mixed = parts[0] if len(parts) == 1 else (lambda: MixtureEnv(parts))
+        _train(mixed, model, out / SHARED, t.model_copy(update={"steps": t.shared_steps}), 8,
                lambda m: log(f"[adapters] shared {m}"))
-        init = str(out / "_shared" / "adapter")
-    for name, module in envs.items():
-        _train(resolve_env(str(module)), model, out / name, t, 8, lambda m: log(f"[adapters] {name} {m}"), init_adapter=init)
+        init = str(out / SHARED / "adapter")
+    for name, make_env in makers.items():
+        _train(make_env, model, out / name, t, 8, lambda m: log(f"[adapters] {name} {m}"), init_adapter=init)
 
 
 def _train(make_env, model: str, out: Path, t: TrainingCfg, max_steps: int, log: Callable[[str], None],
