@@ -173,3 +173,41 @@ def test_max_capabilities_keeps_the_first_valid_envs_by_delta_or_by_coverage(tmp
     assert list(_valid_envs(tmp_path, tmp_path, AnalysisCfg(max_capabilities=2, rank="coverage"))) == ["c", "a"]
     with pytest.raises(ValueError):
         AnalysisCfg(rank="luck")
+
+
+def test_another_training_seed_reuses_the_stages_it_does_not_reach(first_run):
+    from trace_agents.pipeline import seed_run
+
+    tmp_path = first_run[0]
+    config = _config(tmp_path)
+    assert seed_run(config, 0) is config
+    seeded = seed_run(config, 1)
+    assert seeded.run_dir == tmp_path / "run_s1" and seeded.training.seed == 1 and config.training.seed == 0
+    logs = []
+    run_pipeline(seeded, log=logs.append)
+    assert [m.split("]")[0][1:] for m in logs if m.endswith("skipped")] == ["base_rollouts", "analysis", "synthesis"]
+    assert [m.split("]")[0][1:] for m in logs if m.endswith("running")] == ["adapters", "grpo_baseline", "compose", "evaluation"]
+
+
+def test_seeds_pool_into_mean_success_and_p_values_over_their_shared_tasks(tmp_path):
+    from trace_agents.pipeline import pool_seeds
+    from trace_agents.types import Trajectory, write_jsonl
+
+    def evaluation(name, successes):  # system -> success on tasks t0, t1, ...
+        d = tmp_path / name
+        d.mkdir()
+        for system, wins in successes.items():
+            write_jsonl(d / f"{system}.jsonl", [Trajectory(id=f"{system}{i}", env="e", task_id=f"t{i}", seed=i, messages=[],
+                                                           reward=float(w), success=w, tool_calls=1) for i, w in enumerate(wins)])
+        rows = [{"system": s, "success_rate": sum(w) / len(w)} for s, w in successes.items()]
+        (d / "table.json").write_text(json.dumps({"systems": rows}))
+        return d
+
+    lost = [False] * 20
+    first = evaluation("s0", {"base": lost, "grpo": lost, "composed": [True] * 10 + [False] * 10})
+    second = evaluation("s1", {"base": lost, "grpo": lost, "composed": [True] * 20, "adapter:x": lost})
+    pooled = pool_seeds([first, second])
+    assert pooled["runs"] == 2 and list(pooled["success_rate"]) == ["base", "grpo", "composed"]
+    assert pooled["success_rate"]["composed"] == [0.5, 1.0] and pooled["mean_success_rate"]["composed"] == 0.75
+    p = pooled["p_values"]
+    assert p["composed_vs_base"] < 0.01 and p["task_router_vs_base"] is None

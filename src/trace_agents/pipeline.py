@@ -164,6 +164,10 @@ def load_config(path: str | Path) -> RunConfig:
         raise DataError(f"{path}: {problems}") from None
 
 
+# the paired-bootstrap comparisons of the evaluation table: (A, B) gives the p-value `A_vs_B`
+COMPARED = [("composed", "base"), ("composed", "grpo"), ("task_router", "base"), ("task_router", "grpo")]
+
+
 # ---- stage bookkeeping ---------------------------------------------------------------------------
 def _fingerprint(*parts: Any) -> str:
     return hashlib.sha256(json.dumps(parts, sort_keys=True, default=str).encode()).hexdigest()[:16]
@@ -337,14 +341,44 @@ def evaluate_systems(systems: dict[str, dict[str, Any]], make_target, out: Path,
                      "mean_reward": stat["mean_reward"], "mean_tool_calls": stat["mean_tool_calls"],
                      "rollouts_spent": s["rollouts"], "wall_seconds": info["seconds"], "routing": info.get("routing")})
     table = {"target": make_target().name, "split": cfg.split, "n_tasks": len(seeds), "systems": rows,
-             "p_values": compare(results, [("composed", "base"), ("composed", "grpo"), ("task_router", "base"),
-                                           ("task_router", "grpo")])}
+             "p_values": compare(results, COMPARED)}
     write_json(out / "table.json", table)
     return table
 
 
 def _file(system: str) -> str:
     return system.replace(":", "_")
+
+
+# ---- several training seeds ----------------------------------------------------------------------
+def seed_run(config: RunConfig, seed: int) -> RunConfig:
+    """The run with training seed `seed`. The config's own seed keeps its run folder; another seed goes
+    beside it (`<run_dir>_s<seed>`), which starts as a copy of the config's finished stages: the
+    fingerprints then keep the ones the seed does not reach (warm-up, base rollouts, analysis,
+    synthesis) and rerun the rest."""
+    if seed == config.training.seed:
+        return config
+    run_dir = config.run_dir.with_name(f"{config.run_dir.name}_s{seed}")
+    if not run_dir.exists() and config.run_dir.is_dir():
+        for stage in sorted(config.run_dir.glob("[0-9][0-9]_*")):
+            if (stage / "stage.json").exists():
+                shutil.copytree(stage, run_dir / stage.name)
+    return config.model_copy(update={"run_dir": run_dir, "training": config.training.model_copy(update={"seed": seed})})
+
+
+def pool_seeds(evaluations: list[Path]) -> dict:
+    """Success per system in each run's evaluation folder and its mean over the runs (the systems all
+    runs evaluated), with paired-bootstrap p-values over tasks, each task's success averaged over the
+    runs: the runs share their held-out tasks, so tasks, not (seed, task) pairs, are the resampled unit."""
+    from trace_agents.evaluate import compare
+
+    tables = [json.loads((d / "table.json").read_text()) for d in evaluations]
+    rates = [{r["system"]: r["success_rate"] for r in t["systems"]} for t in tables]
+    names = [n for n in rates[0] if all(n in r for r in rates)]
+    results = {n: [t for d in evaluations for t in read_jsonl(d / f"{_file(n)}.jsonl")] for n in names}
+    return {"runs": len(tables), "success_rate": {n: [r[n] for r in rates] for n in names},
+            "mean_success_rate": {n: round(sum(r[n] for r in rates) / len(rates), 4) for n in names},
+            "p_values": compare(results, COMPARED)}
 
 
 def _valid_envs(synthesis_dir: Path, analysis_dir: Path, a: AnalysisCfg) -> dict[str, Path]:
