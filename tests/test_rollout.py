@@ -64,7 +64,8 @@ def test_batched_loop_groups_samples_and_scores():
     by_seed = {t.seed: t for t in trajs}
     assert by_seed[2].success and by_seed[2].tool_calls == 2 and by_seed[2].info["steps"] == 3
     assert not by_seed[1].success and by_seed[1].info["failure"] == "wrong_count"
-    assert by_seed[3].info["format_errors"] == [{"step": 0, "error": "call 0: bad", "truncated": False}]
+    assert by_seed[3].info["format_errors"] == [{"step": 0, "error": "call 0: bad", "truncated": False,
+                                                  "text": "<tool_call>{oops"}]
     roles = [m.role for m in by_seed[2].messages]
     assert roles == ["user", "assistant", "tool", "assistant", "tool", "assistant"]
 

@@ -77,7 +77,9 @@ def rollout(
             if keep_tokens:
                 ep.completions.append(reply.completion_ids or [])
             if reply.error:
-                ep.format_errors.append({"step": ep.steps - 1, "error": reply.error, "truncated": reply.truncated})
+                # the raw reply: the message keeps only what parsed, and the broken call is what to look at
+                ep.format_errors.append({"step": ep.steps - 1, "error": reply.error, "truncated": reply.truncated,
+                                         "text": reply.text})
             step = ep.env.step(reply.message)
             ep.messages.extend(step.messages)
             ep.hit_step_limit = not step.done and ep.steps >= max_steps
