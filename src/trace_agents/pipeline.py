@@ -421,7 +421,7 @@ def train_adapters(envs: dict[str, Path], model: str, out: Path, t: TrainingCfg,
     """One adapter per capability env in `out/<name>/adapter`. With `t.shared_steps`, one adapter is
     first trained on all the envs mixed (`out/_shared`) and each capability adapter starts from it.
 
-    Why: on bfcl/multiple the target drills' fixes overlap (README, "Session of 2026-12-04"): two
+    Why: on bfcl/multiple the target drills' fixes overlap (docs/results.md, "Session of 2026-12-04"): two
     adapters trained apart and composed solved 38% of held-out tasks, one adapter on both drills with
     the same rollouts 51%. Starting every expert from the shared adapter keeps what they have in
     common out of the split budget; the per-capability steps then specialise it."""

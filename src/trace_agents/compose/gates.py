@@ -10,7 +10,7 @@ Switch's load-balancing term. Base and adapters stay frozen and only the routers
   of one reply may then go to different adapters (a function name to the selection adapter, its
   values to the grounding one); on the bfcl/multiple target drills they rarely did: the experts'
   next-token log-probabilities on reference replies differ by < 0.1 nats almost everywhere, and
-  the composed model scored below env labels (35% vs 38%, README). Costs one teacher-forced
+  the composed model scored below env labels (35% vs 38%, docs/results.md). Costs one teacher-forced
   forward per slot ("none" included) and trajectory, no generation.
 
 How (why not SGD through the model): a router is a linear probe of the states entering its block, and

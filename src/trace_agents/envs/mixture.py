@@ -3,7 +3,7 @@ environments out of one rollout budget.
 
 Why: on bfcl/multiple one adapter trained on both target drills with 384 rollouts solved 51% of
 the held-out tasks, against 38% for the two single-drill adapters composed and 46% for plain GRPO
-on the target with the same rollouts (39% vs 35% with another seed; README, "Session of
+on the target with the same rollouts (39% vs 35% with another seed; docs/results.md, "Session of
 2026-12-04"): the drills' fixes overlap, so splitting the budget across adapters wastes it.
 
 Seed s is a task of `envs[s % n]` (the seeds of a split are those of each env with its own residue),

@@ -1,7 +1,7 @@
 """Capability drills in the target's own tool schemas (stage 2, single-turn BFCL targets).
 
 The catalog families (families.py) teach on the warm-up catalog's functions; at 135M their adapters
-transfer only part of their gain to BFCL (README, issue 7). These envs build each task from the
+transfer only part of their gain to BFCL (docs/results.md, issue 7). These envs build each task from the
 target's *train* split instead, so the schemas, descriptions and request wording are the target's
 own, and reshape it to isolate one capability:
 - `function_selection`: a train request among its own functions plus look-alike distractors drawn from
