@@ -175,7 +175,7 @@ def test_max_capabilities_keeps_the_first_valid_envs_by_delta_or_by_coverage(tmp
         AnalysisCfg(rank="luck")
 
 
-def test_another_training_seed_reuses_the_stages_it_does_not_reach(first_run):
+def test_another_training_seed_reuses_the_stages_it_does_not_reach_and_a_recipe_with_its_budget_keeps_the_baseline(first_run):
     from trace_agents.pipeline import seed_run
 
     tmp_path = first_run[0]
@@ -187,6 +187,15 @@ def test_another_training_seed_reuses_the_stages_it_does_not_reach(first_run):
     run_pipeline(seeded, log=logs.append)
     assert [m.split("]")[0][1:] for m in logs if m.endswith("skipped")] == ["base_rollouts", "analysis", "synthesis"]
     assert [m.split("]")[0][1:] for m in logs if m.endswith("running")] == ["adapters", "grpo_baseline", "compose", "evaluation"]
+
+    # the gate-GRPO step's rollouts go to a shared adapter instead: the same budget, so the same GRPO baseline
+    recipe = seeded.model_copy(update={"training": seeded.training.model_copy(update={"shared_steps": 1}),
+                                       "compose": seeded.compose.model_copy(update={"gate_grpo_steps": 0})})
+    logs.clear()
+    summary = run_pipeline(recipe, log=logs.append)
+    assert [m.split("]")[0][1:] for m in logs if m.endswith("running")] == ["adapters", "compose", "evaluation"]
+    assert (seeded.run_dir / "04_adapters" / "_shared" / "adapter").is_dir()
+    assert summary["rollouts_per_system"] == 2 * len(summary["capabilities"]) + 2
 
 
 def test_seeds_pool_into_mean_success_and_p_values_over_their_shared_tasks(tmp_path):

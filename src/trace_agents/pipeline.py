@@ -3,7 +3,8 @@
 Each stage writes into `RUN/NN_name/` through a temporary folder renamed at the end, then records
 `stage.json` with a fingerprint of its config and of the stages it reads. On resume a stage whose
 folder exists with the same fingerprint is skipped; a changed config or input reruns it and, through
-the fingerprints, every stage after it.
+the fingerprints, every stage after it that reads it (all later stages do, except the GRPO baseline,
+which reads only the model: a new adapter recipe with the same rollout budget keeps its baseline).
 """
 
 from __future__ import annotations
@@ -178,13 +179,14 @@ class Stages:
 
     def __init__(self, run_dir: Path, resume: bool, log: Callable[[str], None] = print):
         self.run_dir, self.resume, self.log = run_dir, resume, log
-        self.prints: list[str] = []
+        self.prints: dict[str, str] = {}
         self.index = 0
 
-    def run(self, name: str, config: Any, body: Callable[[Path], Any]) -> Path:
+    def run(self, name: str, config: Any, body: Callable[[Path], Any], reads: tuple[str, ...] | None = None) -> Path:
+        """`reads`: the earlier stages whose output the body uses (None: all of them)."""
         self.index += 1
         folder = self.run_dir / f"{self.index:02d}_{name}"
-        fp = _fingerprint(name, config, self.prints)
+        fp = _fingerprint(name, config, [p for n, p in self.prints.items() if reads is None or n in reads])
         meta = folder / "stage.json"
         if self.resume and meta.exists() and json.loads(meta.read_text()).get("fingerprint") == fp:
             self.log(f"[{name}] up to date, skipped")
@@ -204,7 +206,7 @@ class Stages:
             write_json(tmp / "stage.json", {"fingerprint": fp, "seconds": round(time.time() - started, 1)})
             shutil.rmtree(folder, ignore_errors=True)
             tmp.rename(folder)
-        self.prints.append(fp)
+        self.prints[name] = fp
         return folder
 
 
@@ -232,7 +234,9 @@ def run_pipeline(config: RunConfig, resume: bool = True, log: Callable[[str], No
                         sampling=Sampling(max_new_tokens=config.evaluation.max_new_tokens))
         write_jsonl(d / "trajectories.jsonl", trajs)
 
-    rollouts = stages.run("base_rollouts", [model, config.target, config.analysis.rollout_limit], base_rollouts)
+    # fingerprints name the model as configured: a warmed model's weights are in the warm-up's print,
+    # and its path holds the run folder, which a copied run (seed_run) changes
+    rollouts = stages.run("base_rollouts", [config.model, config.target, config.analysis.rollout_limit], base_rollouts)
 
     def analysis(d: Path) -> None:
         from trace_agents.analysis.report import analyze
@@ -258,14 +262,13 @@ def run_pipeline(config: RunConfig, resume: bool = True, log: Callable[[str], No
     adapters_spent = _rollouts_spent(config.training) * len(envs) + _rollouts_spent(config.training, config.training.shared_steps)
     spent = adapters_spent + _rollouts_spent(config.training, config.compose.gate_grpo_steps)
 
-    def grpo_baseline(d: Path) -> None:
-        # Same total rollouts as TRACE spent over all its adapters (and gate GRPO), all on the target's train split.
-        t = config.training
-        steps = max(1, round(spent / (t.group_size * t.groups_per_step)))
-        _train(make_target, model, d / "grpo", t.model_copy(update={"steps": steps, "hint_fraction": 0.0}), max_steps,
-               lambda m: log(f"[grpo_baseline] {m}"))
-
-    baseline_dir = stages.run("grpo_baseline", [config.training, spent, config.target], grpo_baseline)
+    # Same total rollouts as TRACE spent over all its adapters (and gate GRPO), all on the target's train split.
+    t = config.training
+    baseline = t.model_copy(update={"steps": max(1, round(spent / (t.group_size * t.groups_per_step))),
+                                    "hint_fraction": 0.0, "shared_steps": 0})
+    baseline_dir = stages.run("grpo_baseline", [config.model, baseline, config.target],
+                              lambda d: _train(make_target, model, d / "grpo", baseline, max_steps,
+                                               lambda m: log(f"[grpo_baseline] {m}")), reads=("warmup",))
     adapter_dirs = {n: adapters_dir / n / "adapter" for n in envs}
 
     def composition(d: Path) -> None:
