@@ -364,7 +364,7 @@ def seed_run(config: RunConfig, seed: int) -> RunConfig:
     run_dir = config.run_dir.with_name(f"{config.run_dir.name}_s{seed}")
     if not run_dir.exists() and config.run_dir.is_dir():
         for stage in sorted(config.run_dir.glob("[0-9][0-9]_*")):
-            if (stage / "stage.json").exists():
+            if stage.suffix != ".tmp" and (stage / "stage.json").exists():  # finished stages only
                 shutil.copytree(stage, run_dir / stage.name)
     return config.model_copy(update={"run_dir": run_dir, "training": config.training.model_copy(update={"seed": seed})})
 
