@@ -6,8 +6,8 @@ from trace_agents.pipeline import load_config, run_pipeline
 from trace_agents.types import DataError
 
 
-def _config(tmp_path, **training):
-    cfg = {"run_dir": str(tmp_path / "run"), "model": "tiny-random", "target": "bfcl/multiple",
+def _config(tmp_path, warmup_steps=None, **training):
+    cfg = {**({"warmup": {"steps": warmup_steps}} if warmup_steps else {}),"run_dir": str(tmp_path / "run"), "model": "tiny-random", "target": "bfcl/multiple",
            "analysis": {"runs": 2, "rollout_limit": 4}, "synthesis": {"calibrate": False},
            "training": {"steps": 1, "group_size": 2, "groups_per_step": 1, **training},
            "compose": {"gate_steps": 2, "gate_trajectories": 2, "gate_grpo_steps": 1},
@@ -220,3 +220,25 @@ def test_seeds_pool_into_mean_success_and_p_values_over_their_shared_tasks(tmp_p
     assert pooled["success_rate"]["composed"] == [0.5, 1.0] and pooled["mean_success_rate"]["composed"] == 0.75
     p = pooled["p_values"]
     assert p["composed_vs_base"] < 0.01 and p["task_router_vs_base"] is None
+
+
+def test_another_training_seed_keeps_the_warm_up_and_the_base_rollouts_of_the_warmed_model(tmp_path, monkeypatch):
+    """With a warm-up the run's model is a path inside its run folder; a seed's copied run must keep
+    the warm-up and the base rollouts it fed, not redo them because the copy's path differs."""
+    import trace_agents.pipeline as pipeline
+
+    class Enough(Exception):
+        pass
+
+    def stop(*args):  # after synthesis: the stages a training seed does not reach are all done
+        raise Enough
+
+    monkeypatch.setattr(pipeline, "_valid_envs", stop)
+    config = _config(tmp_path, warmup_steps=1)
+    with pytest.raises(Enough):
+        run_pipeline(config, log=lambda m: None)
+    logs = []
+    with pytest.raises(Enough):
+        run_pipeline(pipeline.seed_run(config, 1), log=logs.append)
+    assert [m.split("]")[0][1:] for m in logs] == ["warmup", "base_rollouts", "analysis", "synthesis"]
+    assert all(m.endswith("skipped") for m in logs) and (tmp_path / "run_s1" / "01_warmup" / "model").is_dir()
