@@ -63,7 +63,8 @@ def _metrics(rng: random.Random, steps: int, start: float, gain: float) -> list[
     for step in range(1, steps + 1):
         reward = min(1.0, start + gain * step / steps + rng.uniform(-0.05, 0.05))
         rows.append({"step": step, "reward": round(reward, 4), "success": round(max(0.0, reward - 0.08), 4),
-                     "tool_calls": round(1.0 + rng.uniform(0, 0.4), 3), "loss": None if step == 1 else round(rng.uniform(-0.05, 0.05), 4)})
+                     "tool_calls": round(1.0 + rng.uniform(0, 0.4), 3), "loss": None if step == 1 else round(rng.uniform(-0.05, 0.05), 4),
+                     "groups": 2, "dropped_groups": step % 2})
     return rows
 
 

@@ -245,7 +245,18 @@ def _curves(title: str, rows: list[dict], keys: Sequence[str] | None = None) -> 
         return f"<h3>{escape(title)}</h3><p class='missing'>no steps logged yet</p>"
     last = rows[-1]
     summary = ", ".join(f"{k} {_cell(last.get(k))}" for k in (keys or ("reward", "success")))
-    return f"<h3>{escape(title)}</h3><p class='small'>{len(rows)} steps; last: {summary}</p>{_figure_img(fig, title)}"
+    return (f"<h3>{escape(title)}</h3><p class='small'>{len(rows)} steps; last: {summary}{_signal(rows)}</p>"
+            f"{_figure_img(fig, title)}")
+
+
+def _signal(rows: list[dict]) -> str:
+    """How many GRPO groups had a reward spread (the rest are dropped: their rollouts taught nothing),
+    so two runs with one rollout budget can be compared on what the budget bought."""
+    groups = sum(r.get("groups") or 0 for r in rows)
+    if not groups:
+        return ""
+    useful = groups - sum(r.get("dropped_groups") or 0 for r in rows)
+    return f"; groups with a reward spread: {useful} of {groups} ({useful / groups:.0%})"
 
 
 def _training(run_dir: Path) -> str:
