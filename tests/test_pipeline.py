@@ -7,11 +7,13 @@ from trace_agents.types import DataError
 
 
 def _config(tmp_path, warmup_steps=None, **training):
-    cfg = {**({"warmup": {"steps": warmup_steps}} if warmup_steps else {}),"run_dir": str(tmp_path / "run"), "model": "tiny-random", "target": "bfcl/multiple",
+    cfg = {"run_dir": str(tmp_path / "run"), "model": "tiny-random", "target": "bfcl/multiple",
            "analysis": {"runs": 2, "rollout_limit": 4}, "synthesis": {"calibrate": False},
            "training": {"steps": 1, "group_size": 2, "groups_per_step": 1, **training},
            "compose": {"gate_steps": 2, "gate_trajectories": 2, "gate_grpo_steps": 1},
            "evaluation": {"max_new_tokens": 8, "limit": 2, "single_adapters": True}}
+    if warmup_steps:
+        cfg["warmup"] = {"steps": warmup_steps}
     path = tmp_path / "run.json"
     path.write_text(json.dumps(cfg))
     return load_config(path)
