@@ -138,3 +138,56 @@ def test_reference_passes_bfcl_checker_on_every_train_task():
             env.step(assistant(call(*env.reference()[0])))
             solved[env.entry["id"]] = env.verdict().success
     assert len(solved) == len(env.ids) and all(solved.values())
+
+
+def test_partial_credit_grades_failed_replies_by_closeness_and_never_pays_like_success():
+    from trace_agents.envs.bfcl import closeness
+
+    env = TargetArgumentGroundingEnv(0.0, partial_credit=0.5)
+    env.reset(0)  # generate_sound_wave(frequency=440, duration=5, wave_type='sine'|'')
+    (name, args), = env.reference()
+
+    def reward(*calls):
+        env.reset(0)
+        env.step(assistant(*calls))
+        return env.verdict()
+
+    right = reward(call(name, args))
+    assert right.success and right.reward == 1.0
+    graded = [reward(), reward(call("other_fn", args)), reward(call(name, {**args, "frequency": 1})),
+              reward(call(name, {**args, "frequency": "440 Hz", "duration": 2}))]
+    assert [v.success for v in graded] == [False] * 4
+    # no call < wrong function < one value wrong; two values wrong sits between
+    assert graded[0].reward == 0 < graded[1].reward < graded[3].reward < graded[2].reward < 0.5
+    assert graded[2].details["closeness"] == pytest.approx(2 / 3 + 2 / 3 / 3)
+    # a surplus call halves it; an optional param left out and case/punctuation differences are accepted
+    assert reward(call(name, args), call(name, args, 1)).reward == pytest.approx(0.25)
+    assert closeness([(name, {"frequency": 440, "duration": 5})], env.answer) == 1.0
+    nested = [{"f": {"grades": [{"math": [90], "art": ["", 1]}], "city": ["New York"]}}]
+    assert closeness([("f", {"grades": {"math": 90}, "city": "new-york"})], nested) == 1.0
+    assert closeness([("f", {"grades": {"math": 90, "gym": 3}, "city": "NY"})], nested) == pytest.approx(2 / 3)
+    plain = TargetArgumentGroundingEnv(0.0)
+    plain.reset(0)
+    plain.step(assistant(call("other_fn", args)))
+    assert plain.verdict().reward == 0.0 and "closeness" not in plain.verdict().details
+
+
+def test_partial_credit_rejects_bad_values_and_catalog_sources(tmp_path):
+    from trace_agents.envs.bfcl import BfclEnv
+    from trace_agents.pipeline import SynthesisCfg
+    from trace_agents.synthesis.pipeline import families_for, write_builtin
+    from trace_agents.types import DataError
+
+    with pytest.raises(ValueError, match=r"\[0, 1\)"):
+        TargetFunctionSelectionEnv(0.0, partial_credit=1.0)
+    with pytest.raises(ValueError, match="multi-turn"):
+        BfclEnv("multi_turn_base", partial_credit=0.3)
+    assert families_for("bfcl/multiple", "target", 0.5)["function_selection"][1] == {"category": "multiple", "partial_credit": 0.5}
+    assert families_for("bfcl/multiple", "target")["function_selection"][1] == {"category": "multiple"}
+    module = write_builtin("function_selection", tmp_path, 0.0, families_for("bfcl/multiple", "target", 0.5)["function_selection"])
+    assert resolve_env(str(module))().partial_credit == 0.5  # the synthesized module pins it
+    with pytest.raises(DataError, match="source 'target'"):
+        families_for("bfcl/multiple", "catalog", 0.5)
+    with pytest.raises(ValueError, match="source: target"):
+        SynthesisCfg(partial_credit=0.5)
+    assert SynthesisCfg(partial_credit=0.5, source="target").partial_credit == 0.5

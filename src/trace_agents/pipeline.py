@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 from typing import Any, Callable, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from trace_agents.types import DataError, read_jsonl, write_json, write_jsonl
 
@@ -50,6 +50,16 @@ class SynthesisCfg(_Cfg):
     difficulty: float = Field(0.5, ge=0, le=1, description="Difficulty of built-in families when not calibrating.")
     source: Literal["catalog", "target"] = Field("catalog", description="Built-in families on the warm-up catalog, or, "
                                                  "where one exists, drills on the target's own train tasks (function_selection, argument_value_grounding).")
+    partial_credit: float = Field(0.0, ge=0, lt=1, description="Drills (source: target) pay a failed reply this times how "
+                                  "near it came (a parsed call, the right function, accepted values), so all-fail GRPO "
+                                  "groups still teach; 0: BFCL's 0/1 reward. Success is always BFCL's verdict.")
+
+    @model_validator(mode="after")
+    def _credit_needs_drills(self) -> "SynthesisCfg":
+        if self.partial_credit and self.source != "target":
+            raise ValueError("partial_credit applies to the drills on the target's train tasks: set source: target, "
+                             "or partial_credit: 0")
+        return self
 
 
 class TrainingCfg(_Cfg):
@@ -252,7 +262,7 @@ def run_pipeline(config: RunConfig, resume: bool = True, log: Callable[[str], No
         s = config.synthesis
         synthesize_all(analysis_dir / "capabilities.json", config.target, d, llm=s.llm,
                        model=model if s.calibrate else None, seeds=s.seeds, samples=s.samples, rounds=s.rounds,
-                       difficulty=s.difficulty, source=s.source)
+                       difficulty=s.difficulty, source=s.source, partial_credit=s.partial_credit)
 
     synthesis_dir = stages.run("synthesis", config.synthesis, synthesis)
     envs = _valid_envs(synthesis_dir, analysis_dir, config.analysis)

@@ -18,6 +18,7 @@ import copy
 import importlib
 import inspect
 import json
+import re
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
@@ -97,11 +98,68 @@ def execute_call(methods: dict[str, Any], name: str, args: dict | None) -> str:
         return f"Error during execution: {e}"
 
 
-class BfclEnv:
-    """One BFCL category; one episode at a time."""
+# ---- partial credit (single-turn) -----------------------------------------------------------------
+# Why: a GRPO group whose rollouts all fail teaches nothing, and on the capability drills most dropped
+# groups are all-fail (issue 7). Grading how near a failed reply came gives those groups a reward spread.
+# The success a run reports is always BFCL's own checker; this only shapes training rewards.
+def _norm(value: Any) -> Any:
+    """Values compared the way BFCL forgives them: strings without spaces and , . / - _ * ^ and
+    case, numbers as floats."""
+    if isinstance(value, str):
+        return re.sub(r"[ ,./\-_*^]", "", value).lower()
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, (int, float)):
+        return float(value)
+    if isinstance(value, list):
+        return [_norm(v) for v in value]
+    if isinstance(value, dict):
+        return {k: _norm(v) for k, v in value.items()}
+    return value
 
-    def __init__(self, category: str, max_steps_per_turn: int = MAX_STEPS_PER_TURN):
+
+def _accepts(options: list, value: Any) -> bool:
+    """Is `value` among a possible answer's accepted values? Dict options nest an accepted list per
+    key; '' accepts a value left out."""
+    for option in options:
+        if isinstance(option, dict) and isinstance(value, dict):
+            if all(_accepts(o, value.get(k, "")) for k, o in option.items()) and set(value) <= set(option):
+                return True
+        elif _norm(option) == _norm(value):
+            return True
+    return False
+
+
+def closeness(calls: list[tuple[str, dict]], answer: list[dict]) -> float:
+    """How near parsed calls come to BFCL's possible answer, in [0, 1]: per expected call a third for
+    any parsed call, a third for the right function, a third times the share of its params with an
+    accepted value (best call each); averaged, and scaled down by surplus calls."""
+    if not calls or not answer:
+        return 0.0
+    scores = []
+    for expected in answer:
+        (name, params), = expected.items()
+        best = 1 / 3
+        for called, args in calls:
+            if called == name:
+                hits = sum(_accepts(options, args.get(p, "")) for p, options in params.items())
+                best = max(best, 2 / 3 + hits / max(1, len(params)) / 3)
+        scores.append(best)
+    return sum(scores) / len(scores) * min(1.0, len(answer) / len(calls))
+
+
+
+class BfclEnv:
+    """One BFCL category; one episode at a time. `partial_credit` p > 0 (single-turn only): a failed
+    reply earns p * closeness(...) instead of 0 (training shaping; success stays BFCL's verdict)."""
+
+    def __init__(self, category: str, max_steps_per_turn: int = MAX_STEPS_PER_TURN, partial_credit: float = 0.0):
+        if not 0.0 <= partial_credit < 1.0:
+            raise ValueError(f"partial_credit must be in [0, 1) so a right answer pays most, got {partial_credit}")
+        if partial_credit and category.startswith("multi_turn"):
+            raise ValueError(f"partial_credit scores single-turn calls; {category!r} is multi-turn, leave it 0")
         self.category = category
+        self.partial_credit = partial_credit
         # the AST checker's rules: `simple_python`'s checks the first offered function, `multiple`'s
         # finds the answer's function among those offered (envs that offer more functions need it)
         self.checker_category = category
@@ -214,7 +272,11 @@ class BfclEnv:
         })
         ok = bool(result.get("valid"))
         failure = None if ok else result.get("error_type", "unknown")
-        return Verdict(reward=float(ok), success=ok, details={**details, "failure": failure, "errors": result.get("error", [])})
+        details.update(failure=failure, errors=result.get("error", []))
+        if ok or not self.partial_credit:
+            return Verdict(reward=float(ok), success=ok, details=details)
+        near = closeness(self.calls, self.answer)
+        return Verdict(reward=self.partial_credit * near, success=False, details={**details, "closeness": near})
 
     def _multi_turn_verdict(self) -> Verdict:
         n_turns = len(self.entry["question"])

@@ -33,11 +33,11 @@ class Env(_Family):
 SOURCES = ("catalog", "target")
 
 
-def families_for(target: str, source: str = "catalog") -> dict[str, tuple[type, dict[str, Any]]]:
+def families_for(target: str, source: str = "catalog", partial_credit: float = 0.0) -> dict[str, tuple[type, dict[str, Any]]]:
     """Capability -> (built-in env class, constructor arguments its module pins). `source` "catalog":
     the families on the warm-up catalog; "target": where a capability has drills on the target's own
     train tasks (target_drills.py: function_selection, argument_value_grounding), those replace
-    the catalog family."""
+    the catalog family, and pin `partial_credit` (failed replies earn that times their closeness)."""
     if source not in SOURCES:
         raise DataError(f"unknown environment source {source!r}; choose one of {', '.join(SOURCES)}")
     families = {name: (cls, {}) for name, cls in builtin_families().items()}
@@ -45,7 +45,10 @@ def families_for(target: str, source: str = "catalog") -> dict[str, tuple[type, 
         category = target.split("/", 1)[1] if target.startswith("bfcl/") else ""
         if not category or category.startswith("multi_turn"):
             raise DataError(f"source 'target' needs a single-turn bfcl/ target, not {target!r}; use source 'catalog'")
-        families.update({name: (cls, {"category": category}) for name, cls in target_families().items()})
+        pinned = {"category": category, **({"partial_credit": partial_credit} if partial_credit else {})}
+        families.update({name: (cls, dict(pinned)) for name, cls in target_families().items()})
+    elif partial_credit:
+        raise DataError("partial_credit applies to the drills on the target's train tasks; set source 'target' too")
     return families
 
 
@@ -70,14 +73,14 @@ def selected_capabilities(path: Path) -> list[dict[str, Any]]:
 
 def synthesize_all(capabilities: Path, target: str, out: Path, *, llm: str | None = None, model: str | None = None,
                    seeds: int = 8, samples: int = 4, rounds: int = 3, failed_examples: list[str] | None = None,
-                   difficulty: float = 0.5, source: str = "catalog") -> dict:
+                   difficulty: float = 0.5, source: str = "catalog", partial_credit: float = 0.0) -> dict:
     """For every selected capability: module + `<cap>.validation.json` (+ `<cap>.calibration.json`).
     Without a model to calibrate with, built-in families are pinned at `difficulty`; `source` picks
     catalog or target-drill families (`families_for`)."""
     from trace_agents.synthesis.validate import validate_module
 
     out.mkdir(parents=True, exist_ok=True)
-    families = families_for(target, source)
+    families = families_for(target, source, partial_credit)
     load_policy = cache(lambda: _policy(model))  # loaded once, and only if some family needs rollouts
     summary: dict[str, Any] = {"target": target, "environments": {}}
     for cap in selected_capabilities(capabilities):

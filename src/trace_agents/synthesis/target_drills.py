@@ -83,11 +83,11 @@ class _TargetDrill(BfclEnv):
 
     capability: ClassVar[str] = ""
 
-    def __init__(self, difficulty: float = 0.5, category: str = "multiple"):
+    def __init__(self, difficulty: float = 0.5, category: str = "multiple", partial_credit: float = 0.0):
         difficulty = checked_difficulty(difficulty)
         if category.startswith("multi_turn"):
             raise ValueError(f"{category!r} is multi-turn; target drills need a single-turn category")
-        super().__init__(category)
+        super().__init__(category, partial_credit=partial_credit)
         self.checker_category = "multiple"  # the answer is looked up among the offered functions
         self.difficulty = difficulty
         self.name = f"target/{self.capability}"
