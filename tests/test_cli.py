@@ -46,6 +46,13 @@ def test_bad_arguments_exit_2_with_a_fix(tmp_path):
     p = run(*train, "--init-adapter", str(tmp_path))
     assert p.returncode == 2 and "adapter_config.json" in p.stderr
     assert not (tmp_path / "t").exists()  # refused before any work
+    caps = tmp_path / "caps.json"
+    caps.write_text(json.dumps({"capabilities": [{"name": "function_selection", "selected": True}]}))
+    synth = ("synthesize", "--capabilities", str(caps), "--target", "bfcl/multiple", "--out", str(tmp_path / "envs"))
+    p = run(*synth, "--partial-credit", "0.5")
+    assert p.returncode == 2 and "source 'target'" in p.stderr
+    p = run(*synth, "--partial-credit", "1", "--source", "target")
+    assert p.returncode == 2 and "[0, 1)" in p.stderr
 
 
 def test_analyze_rules_and_select(tmp_path):

@@ -188,6 +188,8 @@ def test_partial_credit_rejects_bad_values_and_catalog_sources(tmp_path):
     assert resolve_env(str(module))().partial_credit == 0.5  # the synthesized module pins it
     with pytest.raises(DataError, match="source 'target'"):
         families_for("bfcl/multiple", "catalog", 0.5)
+    with pytest.raises(DataError, match=r"\[0, 1\)"):
+        families_for("bfcl/multiple", "target", -0.1)
     with pytest.raises(ValueError, match="source: target"):
         SynthesisCfg(partial_credit=0.5)
     assert SynthesisCfg(partial_credit=0.5, source="target").partial_credit == 0.5

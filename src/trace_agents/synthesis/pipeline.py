@@ -40,6 +40,8 @@ def families_for(target: str, source: str = "catalog", partial_credit: float = 0
     the catalog family, and pin `partial_credit` (failed replies earn that times their closeness)."""
     if source not in SOURCES:
         raise DataError(f"unknown environment source {source!r}; choose one of {', '.join(SOURCES)}")
+    if not 0 <= partial_credit < 1:
+        raise DataError(f"partial_credit must be in [0, 1) so a right answer pays most, got {partial_credit}")
     families = {name: (cls, {}) for name, cls in builtin_families().items()}
     if source == "target":
         category = target.split("/", 1)[1] if target.startswith("bfcl/") else ""
