@@ -244,3 +244,24 @@ def test_another_training_seed_keeps_the_warm_up_and_the_base_rollouts_of_the_wa
         run_pipeline(pipeline.seed_run(config, 1), log=logs.append)
     assert [m.split("]")[0][1:] for m in logs] == ["warmup", "base_rollouts", "analysis", "synthesis"]
     assert all(m.endswith("skipped") for m in logs) and (tmp_path / "run_s1" / "01_warmup" / "model").is_dir()
+
+
+def test_synthesis_partial_credit_reaches_the_drills(tmp_path, monkeypatch):
+    import trace_agents.pipeline as pipeline
+    import trace_agents.synthesis.pipeline as synthesis
+
+    seen = {}
+
+    class Enough(Exception):
+        pass
+
+    def capture(*args, **kwargs):
+        seen.update(kwargs)
+        raise Enough
+
+    monkeypatch.setattr(synthesis, "synthesize_all", capture)
+    config = _config(tmp_path)
+    config = config.model_copy(update={"synthesis": config.synthesis.model_copy(update={"source": "target", "partial_credit": 0.5})})
+    with pytest.raises(Enough):
+        run_pipeline(config, log=lambda m: None)
+    assert seen["partial_credit"] == 0.5 and seen["source"] == "target"
