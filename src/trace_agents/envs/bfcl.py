@@ -148,7 +148,6 @@ def closeness(calls: list[tuple[str, dict]], answer: list[dict]) -> float:
     return sum(scores) / len(scores) * min(1.0, len(answer) / len(calls))
 
 
-
 class BfclEnv:
     """One BFCL category; one episode at a time. `partial_credit` p > 0 (single-turn only): a failed
     reply earns p * closeness(...) instead of 0 (training shaping; success stays BFCL's verdict)."""
