@@ -104,7 +104,9 @@ def execute_call(methods: dict[str, Any], name: str, args: dict | None) -> str:
 # The success a run reports is always BFCL's own checker; this only shapes training rewards.
 def _norm(value: Any) -> Any:
     """Values compared the way BFCL forgives them: strings without spaces and , . / - _ * ^ and
-    case, numbers as floats."""
+    case, numbers as floats. The string rule is bfcl_eval's ast_checker.standardize_string (less its
+    ' -> " swap); not imported, because that module pulls BFCL's model config into this process, which
+    is why the checker runs in a subprocess (bfcl_checker.py)."""
     if isinstance(value, str):
         return re.sub(r"[ ,./\-_*^]", "", value).lower()
     if isinstance(value, bool):
