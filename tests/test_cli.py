@@ -53,6 +53,8 @@ def test_bad_arguments_exit_2_with_a_fix(tmp_path):
     assert p.returncode == 2 and "source 'target'" in p.stderr
     p = run(*synth, "--partial-credit", "1", "--source", "target")
     assert p.returncode == 2 and "[0, 1)" in p.stderr
+    p = run(*synth, "--fresh")
+    assert p.returncode == 2 and "fresh applies" in p.stderr
 
 
 def test_analyze_rules_and_select(tmp_path):

@@ -303,6 +303,8 @@ def synthesize_cmd(
                                "drills on the target's own train tasks where a capability has them (function_selection, argument_value_grounding)."),
     partial_credit: float = typer.Option(0.0, "--partial-credit", help="With --source target: a failed reply earns this (in [0, 1)) "
                                          "times how near it came (parsed call, right function, accepted values); 0: BFCL's 0/1."),
+    fresh: bool = typer.Option(False, "--fresh", help="With --source target: vary each train task procedurally "
+                               "(new values in the request and answer, sibling functions of the right one)."),
 ):
     """One validated (and calibrated) environment per selected capability (stage 2); a rerun with the
     same model, seeds, samples and rounds reuses the saved calibrations."""
@@ -313,7 +315,7 @@ def synthesize_cmd(
     if rounds < 1:
         raise UsageError("--rounds must be at least 1")
     summary = synthesize_all(capabilities, target, out, llm=llm, model=model, seeds=seeds, samples=samples, rounds=rounds,
-                             source=source, partial_credit=partial_credit)
+                             source=source, partial_credit=partial_credit, fresh=fresh)
     table = Table(title="environments")
     for col in ("capability", "source", "valid", "difficulty", "success", "mean reward", "degenerate", "in band"):
         table.add_column(col)

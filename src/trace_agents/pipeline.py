@@ -53,12 +53,15 @@ class SynthesisCfg(_Cfg):
     partial_credit: float = Field(0.0, ge=0, lt=1, description="Drills (source: target) pay a failed reply this times how "
                                   "near it came (a parsed call, the right function, accepted values), so all-fail GRPO "
                                   "groups still teach; 0: BFCL's 0/1 reward. Success is always BFCL's verdict.")
+    fresh: bool = Field(False, description="Drills (source: target) vary each train task procedurally: new values in "
+                        "the request and its answer, look-alike sibling functions of the right one.")
 
     @model_validator(mode="after")
-    def _credit_needs_drills(self) -> "SynthesisCfg":
-        if self.partial_credit and self.source != "target":
-            raise ValueError("partial_credit applies to the drills on the target's train tasks: set source: target, "
-                             "or partial_credit: 0")
+    def _drill_options_need_drills(self) -> "SynthesisCfg":
+        for option, default in (("partial_credit", 0), ("fresh", False)):
+            if getattr(self, option) != default and self.source != "target":
+                raise ValueError(f"{option} applies to the drills on the target's train tasks: set source: target, "
+                                 f"or {option}: {str(default).lower()}")
         return self
 
 
@@ -262,7 +265,8 @@ def run_pipeline(config: RunConfig, resume: bool = True, log: Callable[[str], No
         s = config.synthesis
         synthesize_all(analysis_dir / "capabilities.json", config.target, d, llm=s.llm,
                        model=model if s.calibrate else None, seeds=s.seeds, samples=s.samples, rounds=s.rounds,
-                       difficulty=s.difficulty, source=s.source, partial_credit=s.partial_credit)
+                       difficulty=s.difficulty, source=s.source, partial_credit=s.partial_credit,
+                       fresh=s.fresh)
 
     synthesis_dir = stages.run("synthesis", config.synthesis, synthesis)
     envs = _valid_envs(synthesis_dir, analysis_dir, config.analysis)

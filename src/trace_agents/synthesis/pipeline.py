@@ -33,11 +33,13 @@ class Env(_Family):
 SOURCES = ("catalog", "target")
 
 
-def families_for(target: str, source: str = "catalog", partial_credit: float = 0.0) -> dict[str, tuple[type, dict[str, Any]]]:
+def families_for(target: str, source: str = "catalog", partial_credit: float = 0.0,
+                 fresh: bool = False) -> dict[str, tuple[type, dict[str, Any]]]:
     """Capability -> (built-in env class, constructor arguments its module pins). `source` "catalog":
     the families on the warm-up catalog; "target": where a capability has drills on the target's own
     train tasks (target_drills.py: function_selection, argument_value_grounding), those replace
-    the catalog family, and pin `partial_credit` (failed replies earn that times their closeness)."""
+    the catalog family, and pin `partial_credit` (failed replies earn that times their closeness) and
+    `fresh` (procedural variants of the train tasks: new values, sibling functions; variants.py)."""
     if source not in SOURCES:
         raise DataError(f"unknown environment source {source!r}; choose one of {', '.join(SOURCES)}")
     if not 0 <= partial_credit < 1:
@@ -47,10 +49,12 @@ def families_for(target: str, source: str = "catalog", partial_credit: float = 0
         category = target.split("/", 1)[1] if target.startswith("bfcl/") else ""
         if not category or category.startswith("multi_turn"):
             raise DataError(f"source 'target' needs a single-turn bfcl/ target, not {target!r}; use source 'catalog'")
-        pinned = {"category": category, **({"partial_credit": partial_credit} if partial_credit else {})}
+        pinned = {"category": category, **({"partial_credit": partial_credit} if partial_credit else {}),
+                  **({"fresh": True} if fresh else {})}
         families.update({name: (cls, dict(pinned)) for name, cls in target_families().items()})
-    elif partial_credit:
-        raise DataError("partial_credit applies to the drills on the target's train tasks; set source 'target' too")
+    elif partial_credit or fresh:
+        option = "partial_credit" if partial_credit else "fresh"
+        raise DataError(f"{option} applies to the drills on the target's train tasks; set source 'target' too")
     return families
 
 
@@ -75,14 +79,15 @@ def selected_capabilities(path: Path) -> list[dict[str, Any]]:
 
 def synthesize_all(capabilities: Path, target: str, out: Path, *, llm: str | None = None, model: str | None = None,
                    seeds: int = 8, samples: int = 4, rounds: int = 3, failed_examples: list[str] | None = None,
-                   difficulty: float = 0.5, source: str = "catalog", partial_credit: float = 0.0) -> dict:
+                   difficulty: float = 0.5, source: str = "catalog", partial_credit: float = 0.0,
+                   fresh: bool = False) -> dict:
     """For every selected capability: module + `<cap>.validation.json` (+ `<cap>.calibration.json`).
     Without a model to calibrate with, built-in families are pinned at `difficulty`; `source` picks
     catalog or target-drill families (`families_for`)."""
     from trace_agents.synthesis.validate import validate_module
 
     out.mkdir(parents=True, exist_ok=True)
-    families = families_for(target, source, partial_credit)
+    families = families_for(target, source, partial_credit, fresh)
     load_policy = cache(lambda: _policy(model))  # loaded once, and only if some family needs rollouts
     summary: dict[str, Any] = {"target": target, "environments": {}}
     for cap in selected_capabilities(capabilities):

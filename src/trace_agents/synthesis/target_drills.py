@@ -9,6 +9,8 @@ own, and reshape it to isolate one capability:
   look-alikes (25% -> 100%, by shared name and description words).
 - `argument_value_grounding`: a train request with only its answer's function offered, so every
   reward is about the values. Difficulty: tasks with more arguments to fill are drawn more often.
+With `fresh`, each seed is a procedural variant of its train task (variants.py): new values in the
+request and its possible answer, and for function_selection look-alike siblings of the right function.
 They never read the test split (a test pins this), so the held-out evaluation stays clean; the
 plain-GRPO baseline trains on the same train tasks as BFCL offers them.
 
@@ -31,6 +33,7 @@ from trace_agents.agent.format import to_openai_tool
 from trace_agents.envs.base import Split
 from trace_agents.envs.bfcl import BfclEnv, load_category, split_of
 from trace_agents.synthesis.families import checked_difficulty, family_seeds
+from trace_agents.synthesis.variants import contrast_words, fresh_values, name_words, siblings
 from trace_agents.types import Message
 
 _STOP = {"the", "and", "for", "with", "given", "from", "based", "that", "this", "specified", "specific", "into",
@@ -42,11 +45,6 @@ def _words(f: dict) -> frozenset[str]:
     return frozenset(w for w in re.findall(r"[a-z]{3,}", text) if w not in _STOP)
 
 
-def _name_words(f: dict) -> frozenset[str]:
-    spaced = re.sub(r"([a-z])([A-Z])", r"\1 \2", f["name"]).replace(".", " ").replace("_", " ").lower()
-    return frozenset(w for w in spaced.split() if w not in {"get", "calc", "calculate", "find", "search"})
-
-
 def _likeness(a: frozenset[str], b: frozenset[str]) -> float:
     return len(a & b) / max(1, len(a | b))
 
@@ -55,7 +53,7 @@ def _same_job(f: dict, g: dict) -> bool:
     """Two train functions that would both serve a request (BFCL repeats a tool under other names:
     compound_interest, financial.compound_interest, calc_Compound_Interest): such a distractor would
     make a right call score 0, so it is never offered."""
-    return _likeness(_name_words(f), _name_words(g)) >= 0.5 or _likeness(_words(f), _words(g)) >= 0.5
+    return _likeness(name_words(f), name_words(g)) >= 0.5 or _likeness(_words(f), _words(g)) >= 0.5
 
 
 def _first_accepted(options: dict) -> dict:
@@ -83,13 +81,15 @@ class _TargetDrill(BfclEnv):
 
     capability: ClassVar[str] = ""
 
-    def __init__(self, difficulty: float = 0.5, category: str = "multiple", partial_credit: float = 0.0):
+    def __init__(self, difficulty: float = 0.5, category: str = "multiple", partial_credit: float = 0.0,
+                 fresh: bool = False):
         difficulty = checked_difficulty(difficulty)
         if category.startswith("multi_turn"):
             raise ValueError(f"{category!r} is multi-turn; target drills need a single-turn category")
         super().__init__(category, partial_credit=partial_credit)
         self.checker_category = "multiple"  # the answer is looked up among the offered functions
         self.difficulty = difficulty
+        self.fresh = fresh
         self.name = f"target/{self.capability}"
         self.ids, self.pool = _train_material(category)
         if not self.ids:
@@ -101,6 +101,8 @@ class _TargetDrill(BfclEnv):
     def reset(self, seed: int) -> list[Message]:
         task_id = self._task(random.Random(f"target/{self.capability}/task/{seed}"))
         messages = super().reset(int(task_id.rsplit("_", 1)[1]))
+        if self.fresh:
+            messages = self._freshen(random.Random(f"target/{self.capability}/values/{seed}"))
         offered = self._offer(random.Random(f"target/{self.capability}/extra/{seed}"))
         random.Random(f"target/{self.capability}/order/{seed}").shuffle(offered)
         self.entry = {**copy.deepcopy(self.entry), "function": offered}
@@ -111,6 +113,17 @@ class _TargetDrill(BfclEnv):
 
     def _task(self, rng: random.Random) -> str:
         return rng.choice(self.ids)
+
+    def _freshen(self, rng: random.Random) -> list[Message]:
+        """Fresh values in the request and the possible answer (variants.fresh_values)."""
+        question = copy.deepcopy(self.entry["question"])
+        (name, params), = self.answer[0].items()
+        properties = self._answer_function().get("parameters", {}).get("properties", {})
+        enums = {k for k, v in properties.items() if "enum" in v}
+        question[0][-1]["content"], params = fresh_values(question[0][-1]["content"], params, enums,
+                                                          self.category, self.task_id, rng)
+        self.entry, self.answer = {**self.entry, "question": question}, [{name: params}]
+        return [Message(**m) for m in question[0]]
 
     def _offer(self, rng: random.Random) -> list[dict]:
         raise NotImplementedError
@@ -135,7 +148,16 @@ class TargetFunctionSelectionEnv(_TargetDrill):
     capability = "function_selection"
 
     def _offer(self, rng: random.Random) -> list[dict]:
-        return self.entry["function"] + self._distractors(rng)
+        offered = self.entry["function"] + self._distractors(rng)
+        return offered + self._siblings(rng, {f["name"] for f in offered})
+
+    def _siblings(self, rng: random.Random, taken: set[str]) -> list[dict]:
+        """Fresh drills only: 1 (difficulty 0) to 3 (1) siblings of the answer's function."""
+        if not self.fresh:
+            return []
+        request = self.entry["question"][0][-1]["content"]
+        found = siblings(self._answer_function(), request, contrast_words(self.category), taken)
+        return rng.sample(found, min(len(found), 1 + round(2 * self.difficulty)))
 
     def _distractors(self, rng: random.Random) -> list[dict]:
         d = self.difficulty
