@@ -113,8 +113,10 @@ def _replacement(name: str, options: Options, text: str, category: str, task_id:
         new_text, new = _new_number(numbers[0], rng)
         return old, new_text, [new] + optional, True
     old = _stated_string(text, options)
+    if old is None:
+        return None
     donors = [d for d in _donors(category).get(name, ()) if d[0] != task_id and d[1].lower() not in text.lower()]
-    if old is None or not donors:
+    if not donors:
         return None
     _, new_text, accepted = rng.choice(donors)
     return old, new_text, list(accepted) + optional, False
