@@ -152,6 +152,25 @@ def test_training_changes_only_lora_weights_and_saves_a_peft_adapter(tmp_path):
             assert torch.equal(p, base_sd[name.replace("base_layer.", "")]), name
 
 
+def test_a_bfloat16_base_trains_float32_lora_weights(tmp_path):
+    from safetensors.torch import load_file
+
+    from trace_agents.training.grpo import make_lora_model
+
+    cfg = GRPOConfig(steps=1, groups_per_step=2, group_size=4, max_new_tokens=6, max_steps=1, lr=5e-2, lora_r=4,
+                     hint_fraction=0.5, dtype="bfloat16")
+    model, _ = make_lora_model("tiny-random", cfg)
+    dtypes = {n: p.dtype for n, p in model.named_parameters()}
+    assert {d for n, d in dtypes.items() if "lora_" in n} == {torch.float32}  # Adam steps on bf16 weights would round away
+    assert {d for n, d in dtypes.items() if "lora_" not in n} == {torch.bfloat16}
+    records = []
+    train(ShortEnv, "tiny-random", tmp_path / "run", cfg, on_step=records.append)
+    assert records[0]["tokens"] > 0 and math.isfinite(records[0]["loss"])
+    saved = load_file(str(tmp_path / "run" / "adapter" / "adapter_model.safetensors"))
+    assert {t.dtype for t in saved.values()} == {torch.float32}
+    assert any(t.abs().sum() > 0 for n, t in saved.items() if "lora_B" in n)
+
+
 def test_init_adapter_starts_from_its_weights_and_trains_on(tmp_path):
     from peft import PeftModel
     from safetensors.torch import load_file
@@ -207,3 +226,5 @@ def test_bad_config_is_refused_with_field_names():
         GRPOConfig(hint_fraction=2)
     with pytest.raises(ValueError, match="temperature"):
         GRPOConfig(temperature=0)  # greedy rollouts would make every group degenerate
+    with pytest.raises(ValueError, match="dtype"):
+        GRPOConfig(dtype="bf16")

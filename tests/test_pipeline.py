@@ -6,7 +6,7 @@ from trace_agents.pipeline import load_config, run_pipeline
 from trace_agents.types import DataError
 
 
-def _config(tmp_path, warmup_steps=None, **training):
+def _config(tmp_path, warmup_steps=None, dtype=None, **training):
     cfg = {"run_dir": str(tmp_path / "run"), "model": "tiny-random", "target": "bfcl/multiple",
            "analysis": {"runs": 2, "rollout_limit": 4}, "synthesis": {"calibrate": False},
            "training": {"steps": 1, "group_size": 2, "groups_per_step": 1, **training},
@@ -14,6 +14,8 @@ def _config(tmp_path, warmup_steps=None, **training):
            "evaluation": {"max_new_tokens": 8, "limit": 2, "single_adapters": True}}
     if warmup_steps:
         cfg["warmup"] = {"steps": warmup_steps}
+    if dtype:
+        cfg["dtype"] = dtype
     path = tmp_path / "run.json"
     path.write_text(json.dumps(cfg))
     return load_config(path)
@@ -56,9 +58,24 @@ def test_stages_run_then_resume_skips_and_a_change_reruns_downstream(first_run):
     spent = {r["system"]: r["rollouts_spent"] for r in table["systems"]}
     assert spent["grpo"] == spent["composed"] == spent["task_router"] + 2
     logs.clear()
+    run_pipeline(_config(tmp_path, dtype="float32"), log=logs.append)  # the default, named: runs keep their prints
+    assert len(logs) == 7 and all(m.endswith("skipped") for m in logs)
+    logs.clear()
     run_pipeline(_config(tmp_path, steps=2), log=logs.append)
     assert [m.split("]")[0][1:] for m in logs if m.endswith("running")] == ["adapters", "grpo_baseline", "compose", "evaluation"]
     assert (tmp_path / "run" / "01_base_rollouts").stat().st_mtime == stamps["01_base_rollouts"]
+
+
+def test_a_bfloat16_run_reruns_every_model_stage_and_evaluates_in_bfloat16(first_run, tmp_path):
+    import shutil
+
+    shutil.copytree(first_run[0] / "run", tmp_path / "run")
+    logs = []
+    run_pipeline(_config(tmp_path, dtype="bfloat16", steps=2), log=logs.append)
+    assert [m.split("]")[0][1:] for m in logs if m.endswith("running")] == [
+        "base_rollouts", "analysis", "synthesis", "adapters", "grpo_baseline", "compose", "evaluation"]
+    evaluation = tmp_path / "run" / "07_evaluation"
+    assert {json.loads((evaluation / f"{n}.json").read_text())["dtype"] for n in ("base", "grpo", "composed")} == {"bfloat16"}
 
 
 def test_bad_config_names_the_key(tmp_path):
@@ -120,8 +137,9 @@ def test_training_lr_and_tokens_reach_grpo_only_when_set(tmp_path, monkeypatch):
     seen = []
     monkeypatch.setattr(grpo, "train", lambda make_env, model, out, config, **kw: seen.append(config))
     _train(None, "tiny-random", tmp_path, TrainingCfg(lr=5e-4, max_new_tokens=80, seed=3), 3, print)
-    _train(None, "tiny-random", tmp_path, TrainingCfg(), 3, print)
-    assert (seen[0].lr, seen[0].max_new_tokens, seen[0].max_steps, seen[0].seed) == (5e-4, 80, 3, 3)
+    _train(None, "tiny-random", tmp_path, TrainingCfg(), 3, print, dtype="bfloat16")
+    assert (seen[0].lr, seen[0].max_new_tokens, seen[0].max_steps, seen[0].seed, seen[0].dtype) == (5e-4, 80, 3, 3, "float32")
+    assert seen[1].dtype == "bfloat16"
     assert (seen[1].lr, seen[1].max_new_tokens, seen[1].seed) == (grpo.PRESETS["cpu"]["lr"], grpo.PRESETS["cpu"]["max_new_tokens"], 0)
 
 

@@ -384,7 +384,7 @@ def train_cmd(
     save_every: Optional[int] = typer.Option(None, "--save-every", help="Checkpoint every N steps."),
     seed: Optional[int] = typer.Option(None, "--seed", help="Seed of task sampling and LoRA init."),
     resume: bool = typer.Option(True, "--resume/--no-resume", help="Continue from the latest checkpoint in --out."),
-    device: Optional[str] = DeviceOpt,
+    device: Optional[str] = DeviceOpt, dtype: str = DtypeOpt,
 ):
     """Train one LoRA adapter with GRPO on an environment (base model frozen), or with --composed the
     gates of a composed model against it."""
@@ -396,7 +396,7 @@ def train_cmd(
     overrides = {k: v for k, v in dict(
         steps=steps, group_size=group_size, groups_per_step=groups, lr=lr, max_steps=max_steps,
         max_new_tokens=max_new_tokens, hint_fraction=hint_fraction, save_every=save_every, seed=seed,
-        epoch_steps=epoch_steps, temperature=temperature, scale_rewards=scale_rewards,
+        epoch_steps=epoch_steps, temperature=temperature, scale_rewards=scale_rewards, dtype=dtype,
         init_adapter=str(init_adapter) if init_adapter else None,
     ).items() if v is not None}
     try:
@@ -410,7 +410,7 @@ def train_cmd(
         if composed and init_adapter:
             raise ValueError("--init-adapter starts an adapter; with --composed the composed folder is the start, drop one")
     except (TypeError, ValueError) as e:
-        raise UsageError(f"{e} (flags: --steps, --group-size, --groups, --lr, --hint-fraction, --temperature, --scale-rewards, --save-every, --reward, --efficiency)") from None
+        raise UsageError(f"{e} (flags: --steps, --group-size, --groups, --lr, --hint-fraction, --temperature, --scale-rewards, --save-every, --reward, --efficiency, --dtype)") from None
     if composed:
         from trace_agents.compose import check_base
 

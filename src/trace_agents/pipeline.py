@@ -107,6 +107,10 @@ class RunConfig(_Cfg):
     run_dir: Path
     model: str = "smollm2-135m"
     target: str = "bfcl/multiple"
+    dtype: Literal["float32", "bfloat16", "float16"] = Field(
+        "float32", description="Weights of the frozen base in base rollouts, training, composition and evaluation "
+        "(LoRA weights, gates and log-probs stay float32; the warm-up and calibration stay float32). bfloat16 is "
+        "2-3x faster on CPUs with AMX and on GPUs (benchmarks/dtype_speed.py).")
     warmup: WarmupCfg | None = None
     analysis: AnalysisCfg = AnalysisCfg()
     synthesis: SynthesisCfg = SynthesisCfg()
@@ -183,6 +187,12 @@ COMPARED = [("composed", "base"), ("composed", "grpo"), ("task_router", "base"),
 
 
 # ---- stage bookkeeping ---------------------------------------------------------------------------
+def _at(dtype: str, part: Any) -> Any:
+    """A stage's fingerprinted config with the run's dtype, named only when not float32 (so runs from
+    before the option keep their fingerprints)."""
+    return part if dtype == "float32" else [part, dtype]
+
+
 def _fingerprint(*parts: Any) -> str:
     return hashlib.sha256(json.dumps(parts, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
@@ -243,13 +253,14 @@ def run_pipeline(config: RunConfig, resume: bool = True, log: Callable[[str], No
 
     def base_rollouts(d: Path) -> None:
         seeds = make_target().seeds("train")[: config.analysis.rollout_limit]
-        trajs = rollout(make_target, make_policy(model), seeds, max_steps=max_steps,
+        trajs = rollout(make_target, make_policy(model, dtype=config.dtype), seeds, max_steps=max_steps,
                         sampling=Sampling(max_new_tokens=config.evaluation.max_new_tokens))
         write_jsonl(d / "trajectories.jsonl", trajs)
 
     # fingerprints name the model as configured: a warmed model's weights are in the warm-up's print,
     # and its path holds the run folder, which a copied run (seed_run) changes
-    rollouts = stages.run("base_rollouts", [config.model, config.target, config.analysis.rollout_limit], base_rollouts)
+    rollouts = stages.run("base_rollouts", _at(config.dtype, [config.model, config.target, config.analysis.rollout_limit]),
+                          base_rollouts)
 
     def analysis(d: Path) -> None:
         from trace_agents.analysis.report import analyze
@@ -271,8 +282,8 @@ def run_pipeline(config: RunConfig, resume: bool = True, log: Callable[[str], No
     synthesis_dir = stages.run("synthesis", config.synthesis, synthesis)
     envs = _valid_envs(synthesis_dir, analysis_dir, config.analysis)
 
-    adapters_dir = stages.run("adapters", [config.training, sorted(envs)],
-                              lambda d: train_adapters(envs, model, d, config.training, log))
+    adapters_dir = stages.run("adapters", _at(config.dtype, [config.training, sorted(envs)]),
+                              lambda d: train_adapters(envs, model, d, config.training, log, config.dtype))
     adapters_spent = _rollouts_spent(config.training) * len(envs) + _rollouts_spent(config.training, config.training.shared_steps)
     spent = adapters_spent + _rollouts_spent(config.training, config.compose.gate_grpo_steps)
 
@@ -280,9 +291,9 @@ def run_pipeline(config: RunConfig, resume: bool = True, log: Callable[[str], No
     t = config.training
     baseline = t.model_copy(update={"steps": max(1, round(spent / (t.group_size * t.groups_per_step))),
                                     "hint_fraction": 0.0, "shared_steps": 0})
-    baseline_dir = stages.run("grpo_baseline", [config.model, baseline, config.target],
+    baseline_dir = stages.run("grpo_baseline", _at(config.dtype, [config.model, baseline, config.target]),
                               lambda d: _train(make_target, model, d / "grpo", baseline, max_steps,
-                                               lambda m: log(f"[grpo_baseline] {m}")), reads=("warmup",))
+                                               lambda m: log(f"[grpo_baseline] {m}"), dtype=config.dtype), reads=("warmup",))
     adapter_dirs = {n: adapters_dir / n / "adapter" for n in envs}
 
     def composition(d: Path) -> None:
@@ -292,16 +303,16 @@ def run_pipeline(config: RunConfig, resume: bool = True, log: Callable[[str], No
         build(model, adapter_dirs, {n: str(p) for n, p in envs.items()}, d / "composed", router=c.router, decide=c.decide,
               gate_steps=c.gate_steps, gate_trajectories=c.gate_trajectories, gate_labels=c.gate_labels,
               task_router=c.task_router,
-              top_p=c.top_p, definitions=definitions_from(analysis_dir / "capabilities.json"), log=log)
+              top_p=c.top_p, definitions=definitions_from(analysis_dir / "capabilities.json"), dtype=config.dtype, log=log)
         if c.gate_grpo_steps:
             _train_gates(make_target, d / "composed", d / "gate_grpo", config.training, c, max_steps,
-                         lambda m: log(f"[compose] gate GRPO {m}"))
+                         lambda m: log(f"[compose] gate GRPO {m}"), config.dtype)
 
-    compose_dir = stages.run("compose", config.compose, composition)
+    compose_dir = stages.run("compose", _at(config.dtype, config.compose), composition)
     shared = adapters_dir / SHARED / "adapter" if config.training.shared_steps else None
     systems = _systems(config, model, adapter_dirs, baseline_dir / "grpo" / "adapter", compose_dir / "composed", spent,
                        adapters_spent, shared)
-    table = stages.run("evaluation", [config.evaluation, sorted(systems)],
+    table = stages.run("evaluation", _at(config.dtype, [config.evaluation, sorted(systems)]),
                        lambda d: evaluate_systems(systems, make_target, d, config.evaluation, max_steps, log))
     summary = {"model": model, "target": config.target, "capabilities": sorted(envs), "rollouts_per_system": spent,
                "adapters": {n: str(p) for n, p in adapter_dirs.items()},
@@ -326,7 +337,8 @@ def _systems(config: RunConfig, model: str, adapters: dict[str, Path], grpo: Pat
     systems["composed"] = {"composed": str(composed), "router": "token", "rollouts": spent}
     if config.compose.task_router:
         systems["task_router"] = {"composed": str(composed), "router": "task", "rollouts": adapters_spent}
-    return {name: {"model": model, **s} for name, s in systems.items()}
+    dtype = {} if config.dtype == "float32" else {"dtype": config.dtype}
+    return {name: {"model": model, **dtype, **s} for name, s in systems.items()}
 
 
 def evaluate_systems(systems: dict[str, dict[str, Any]], make_target, out: Path, cfg: EvaluationCfg, max_steps: int,
@@ -346,7 +358,7 @@ def evaluate_systems(systems: dict[str, dict[str, Any]], make_target, out: Path,
             log(f"[evaluation] {name} on {len(seeds)} tasks")
             started = time.time()
             policy = make_policy(s["model"], adapter=s.get("adapter"), composed=s.get("composed"),
-                                 router=s.get("router", "token"), batch_size=cfg.batch_size)
+                                 router=s.get("router", "token"), batch_size=cfg.batch_size, dtype=s.get("dtype", "float32"))
             trajs = rollout(make_target, policy, seeds, max_steps=max_steps, sampling=Sampling(max_new_tokens=cfg.max_new_tokens))
             seconds = round(time.time() - started, 1)
             routing = routing_summary(policy, trajs) if s.get("composed") else None
@@ -434,7 +446,8 @@ def _step_line(steps: int) -> Callable[[dict], str]:
 SHARED = "_shared"  # the shared adapter's folder in the adapters stage (training.shared_steps)
 
 
-def train_adapters(envs: dict[str, Path], model: str, out: Path, t: TrainingCfg, log: Callable[[str], None] = print) -> None:
+def train_adapters(envs: dict[str, Path], model: str, out: Path, t: TrainingCfg, log: Callable[[str], None] = print,
+                   dtype: str = "float32") -> None:
     """One adapter per capability env in `out/<name>/adapter`. With `t.shared_steps`, one adapter is
     first trained on all the envs mixed (`out/_shared`) and each capability adapter starts from it.
 
@@ -452,29 +465,29 @@ def train_adapters(envs: dict[str, Path], model: str, out: Path, t: TrainingCfg,
         parts = list(makers.values())
         mixed = parts[0] if len(parts) == 1 else (lambda: MixtureEnv(parts))
         _train(mixed, model, out / SHARED, t.model_copy(update={"steps": t.shared_steps}), 8,
-               lambda m: log(f"[adapters] shared {m}"))
+               lambda m: log(f"[adapters] shared {m}"), dtype=dtype)
         init = str(out / SHARED / "adapter")
     for name, make_env in makers.items():
-        _train(make_env, model, out / name, t, 8, lambda m: log(f"[adapters] {name} {m}"), init_adapter=init)
+        _train(make_env, model, out / name, t, 8, lambda m: log(f"[adapters] {name} {m}"), init_adapter=init, dtype=dtype)
 
 
 def _train(make_env, model: str, out: Path, t: TrainingCfg, max_steps: int, log: Callable[[str], None],
-           init_adapter: str | None = None) -> None:
+           init_adapter: str | None = None, dtype: str = "float32") -> None:
     from trace_agents.training.grpo import train
 
-    config = _grpo_config(t, max_steps, init_adapter=init_adapter)
+    config = _grpo_config(t, max_steps, init_adapter=init_adapter, dtype=dtype)
     line = _step_line(config.steps)
     train(make_env, model, out, config, on_step=lambda m: log(line(m)))
 
 
 def _train_gates(make_target, composed: Path, out: Path, t: TrainingCfg, c: ComposeCfg, max_steps: int,
-                 log: Callable[[str], None]) -> None:
+                 log: Callable[[str], None], dtype: str = "float32") -> None:
     """GRPO on the fitted gates against the target (its train split; no hint), then the trained gates
     replace the fitted ones in `composed`."""
     from trace_agents.compose.gate_grpo import train_gates_grpo
     from trace_agents.compose.model import GATES_FILE
 
-    config = _grpo_config(t, max_steps, steps=c.gate_grpo_steps, lr=c.gate_grpo_lr, hint_fraction=0.0)
+    config = _grpo_config(t, max_steps, steps=c.gate_grpo_steps, lr=c.gate_grpo_lr, hint_fraction=0.0, dtype=dtype)
     line = _step_line(config.steps)
     train_gates_grpo(make_target, composed, out, config, on_step=lambda m: log(line(m)))
     shutil.copy2(out / "composed" / GATES_FILE, composed / GATES_FILE)

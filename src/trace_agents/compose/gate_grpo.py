@@ -28,9 +28,9 @@ from trace_agents.training.grpo import GRPOConfig, Trainee, run_grpo
 KEPT = (ROUTER_CONFIG, ROUTER_WEIGHTS, "compose_summary.json")
 
 
-def composed_trainee(folder: str | Path, device: str | None = None) -> Trainee:
+def composed_trainee(folder: str | Path, device: str | None = None, dtype: str = "float32") -> Trainee:
     folder = Path(folder)
-    model, tok = load_composed(folder, device=device)
+    model, tok = load_composed(folder, device=device, dtype=dtype)
     model.requires_grad_(False)
     model.routers.requires_grad_(True)
 
@@ -60,6 +60,6 @@ def train_gates_grpo(make_env: Callable[[], Env], composed: str | Path, out: str
     folder with the trained gates, same adapters), metrics, checkpoints (see training/grpo.run_grpo)."""
     if config.init_adapter:
         raise ValueError("init_adapter does not apply to gate training (the composed folder is the start)")
-    trainee = composed_trainee(composed, device)
+    trainee = composed_trainee(composed, device, config.dtype)
     return run_grpo(make_env, trainee, out, config, model_name=trainee.model.base_model_name, resume=resume,
                     on_step=on_step)
