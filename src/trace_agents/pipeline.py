@@ -146,7 +146,7 @@ BUDGETS: dict[str, dict[str, Any]] = {
         "evaluation": {"max_new_tokens": 192, "batch_size": 32},
     },
     "gpu": {
-        "model": "smollm2-135m", "target": "bfcl/multiple", "warmup": {"steps": 60},
+        "model": "smollm2-135m", "target": "bfcl/multiple", "dtype": "bfloat16", "warmup": {"steps": 60},
         "analysis": {"max_capabilities": 4},
         "synthesis": {"calibrate": True, "seeds": 16, "samples": 8},
         "training": {"preset": "paper", "steps": 200, "group_size": 16, "groups_per_step": 8, "hint_fraction": 0.25},
