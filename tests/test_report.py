@@ -33,6 +33,7 @@ def test_full_run_renders_every_section(run):
     assert out == run / "report.html"
     html = out.read_text()
     assert "not run yet" not in html and "could not render" not in html
+    assert "<dt>base weights</dt><dd>float32</dd>" in html  # a run from before the dtype option: float32
     for name, *_ in fixture.CAPABILITIES:
         assert name in sections(html)["capabilities"]
     evaluation = sections(html)["evaluation"]

@@ -314,7 +314,8 @@ def run_pipeline(config: RunConfig, resume: bool = True, log: Callable[[str], No
                        adapters_spent, shared)
     table = stages.run("evaluation", _at(config.dtype, [config.evaluation, sorted(systems)]),
                        lambda d: evaluate_systems(systems, make_target, d, config.evaluation, max_steps, log))
-    summary = {"model": model, "target": config.target, "capabilities": sorted(envs), "rollouts_per_system": spent,
+    summary = {"model": model, "dtype": config.dtype, "target": config.target, "capabilities": sorted(envs),
+               "rollouts_per_system": spent,
                "adapters": {n: str(p) for n, p in adapter_dirs.items()},
                "grpo_baseline": str(baseline_dir / "grpo" / "adapter"), "composed": str(compose_dir / "composed"),
                "evaluation": str(table / "table.json")}

@@ -156,7 +156,7 @@ def _header(run_dir: Path) -> Html:
     if run is None:
         items.append(("run.json", "not written yet: the pipeline has not finished"))
     else:
-        items += [("model", run.get("model")), ("target", run.get("target")),
+        items += [("model", run.get("model")), ("base weights", run.get("dtype", "float32")), ("target", run.get("target")),
                   ("capabilities", ", ".join(run.get("capabilities") or []) or "none"),
                   ("rollouts per system", run.get("rollouts_per_system"))]
     items.append(("stages", _stage_line(run_dir)))
