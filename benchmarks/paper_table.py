@@ -13,6 +13,12 @@ With `--seeds`, each training seed is one run (the config's own seed in its run 
 in `<run_dir>_s<seed>`, reusing the stages the seed does not reach) and the JSON holds each run's
 table and the pooled one: mean success per system and p-values with each task averaged over seeds.
 GRPO on 100 tasks moves ~10 points between seeds at this scale, more than the +3 the issue asks.
+
+Each finished run also writes a record, `<--records>/<run folder name>.json` (its config, table and
+success per held-out task per system; a few tens of kB): run folders hold models and are not kept, so
+the records are what later pooling reads, across sessions and machines:
+
+    python benchmarks/paper_table.py --pool benchmarks/results/big_s2.json benchmarks/results/big_s3.json
 """
 
 from __future__ import annotations
@@ -30,12 +36,15 @@ def gains(rate: dict[str, float]) -> dict[str, float]:
             for a in ("composed", "task_router") for b in ("base", "grpo") if a in rate and b in rate}
 
 
-def run_one(config) -> dict:
-    from trace_agents.pipeline import run_pipeline
+def run_one(config, records: Path) -> dict:
+    from trace_agents.pipeline import run_pipeline, run_record
 
     started = time.time()
     summary = run_pipeline(config, resume=True, log=lambda m: print(m, file=sys.stderr, flush=True))
     table = json.loads(Path(summary["evaluation"]).read_text())
+    records.mkdir(parents=True, exist_ok=True)
+    record = {**run_record(Path(summary["evaluation"]).parent, config), "wall_seconds": round(time.time() - started, 1)}
+    (records / f"{config.run_dir.name}.json").write_text(json.dumps(record, indent=1, sort_keys=True) + "\n")
     return {"run_dir": str(config.run_dir), "seed": config.training.seed, "wall_seconds": round(time.time() - started, 1),
             "evaluation": str(Path(summary["evaluation"]).parent),
             "capabilities": summary["capabilities"],
@@ -48,15 +57,22 @@ def main() -> None:
     ap.add_argument("--budget", default="cpu", help="A demo budget preset when no --config is given.")
     ap.add_argument("--run", type=Path, default=Path("runs/table"), help="Run folder for --budget.")
     ap.add_argument("--seeds", type=int, nargs="+", help="Training seeds, one run each (default: the config's).")
+    ap.add_argument("--records", type=Path, default=Path("benchmarks/results"), help="Where each run's record goes.")
+    ap.add_argument("--pool", type=Path, nargs="+", help="Pool these run records (no run): mean and pooled p.")
     args = ap.parse_args()
 
-    from trace_agents.pipeline import budget_config, load_config, pool_seeds, seed_run
+    from trace_agents.pipeline import budget_config, load_config, pool_records, pool_seeds, seed_run
+
+    if args.pool:
+        pooled = pool_records([json.loads(p.read_text()) for p in args.pool])
+        print(json.dumps({**pooled, "gains": gains(pooled["mean_success_rate"])}, indent=2))
+        return
 
     config = load_config(args.config) if args.config else budget_config(args.budget, args.run)
     seeds = args.seeds or [config.training.seed]
     # the config's own seed first: the other seeds' run folders start from its finished stages
     seeds.sort(key=lambda s: s != config.training.seed)
-    runs = [run_one(seed_run(config, s)) for s in seeds]
+    runs = [run_one(seed_run(config, s), args.records) for s in seeds]
     if len(runs) == 1:
         print(json.dumps(runs[0], indent=2))
         return

@@ -226,8 +226,9 @@ def test_seeds_pool_into_mean_success_and_p_values_over_their_shared_tasks(tmp_p
         d = tmp_path / name
         d.mkdir()
         for system, wins in successes.items():
-            write_jsonl(d / f"{system}.jsonl", [Trajectory(id=f"{system}{i}", env="e", task_id=f"t{i}", seed=i, messages=[],
-                                                           reward=float(w), success=w, tool_calls=1) for i, w in enumerate(wins)])
+            write_jsonl(d / f"{system.replace(':', '_')}.jsonl",
+                        [Trajectory(id=f"{system}{i}", env="e", task_id=f"t{i}", seed=i, messages=[],
+                                    reward=float(w), success=w, tool_calls=1) for i, w in enumerate(wins)])
         rows = [{"system": s, "success_rate": sum(w) / len(w)} for s, w in successes.items()]
         (d / "table.json").write_text(json.dumps({"systems": rows}))
         return d
@@ -240,6 +241,28 @@ def test_seeds_pool_into_mean_success_and_p_values_over_their_shared_tasks(tmp_p
     assert pooled["success_rate"]["composed"] == [0.5, 1.0] and pooled["mean_success_rate"]["composed"] == 0.75
     p = pooled["p_values"]
     assert p["composed_vs_base"] < 0.01 and p["task_router_vs_base"] is None
+
+
+def test_a_run_record_in_json_pools_like_its_evaluation_folder(tmp_path):
+    """Records are what survives a machine: written as JSON and read back, they must pool exactly as
+    the run folders did, and hold each task's verdict (not only the rate)."""
+    from trace_agents.pipeline import pool_records, pool_seeds, run_record
+    from trace_agents.types import Trajectory, write_jsonl
+
+    folders = []
+    for run, wins in enumerate([[1, 0, 1, 1], [0, 0, 1, 1]]):
+        d = tmp_path / f"s{run}"
+        d.mkdir()
+        for system, w in {"base": [0, 0, 0, 1], "composed": wins}.items():
+            write_jsonl(d / f"{system}.jsonl", [Trajectory(id=f"{system}{i}", env="e", task_id=f"t{i}", seed=i, messages=[],
+                                                           reward=float(x), success=bool(x), tool_calls=1) for i, x in enumerate(w)])
+        (d / "table.json").write_text(json.dumps({"systems": [{"system": "base", "success_rate": 0.25},
+                                                              {"system": "composed", "success_rate": sum(wins) / 4}]}))
+        folders.append(d)
+    records = [json.loads(json.dumps(run_record(d))) for d in folders]
+    assert records[1]["verdicts"]["composed"] == {"t0": 0.0, "t1": 0.0, "t2": 1.0, "t3": 1.0}
+    assert pool_records(records) == pool_seeds(folders)
+    assert pool_records(records)["mean_success_rate"] == {"base": 0.25, "composed": 0.625}
 
 
 def test_another_training_seed_keeps_the_warm_up_and_the_base_rollouts_of_the_warmed_model(tmp_path, monkeypatch):

@@ -92,14 +92,18 @@ def per_task_success(trajectories: list[Trajectory]) -> dict[str, float]:
 
 def compare(systems: dict[str, list[Trajectory]], pairs: list[tuple[str, str]]) -> dict[str, float | None]:
     """p-values of `A_vs_B` for each (A, B) pair present, on the tasks both systems ran."""
+    return compare_rates({name: per_task_success(t) for name, t in systems.items()}, pairs)
+
+
+def compare_rates(rates: dict[str, dict[str, float]], pairs: list[tuple[str, str]]) -> dict[str, float | None]:
+    """`compare` on each system's success per task id."""
     out: dict[str, float | None] = {}
     for a, b in pairs:
-        if a not in systems or b not in systems:
+        if a not in rates or b not in rates:
             out[f"{a}_vs_{b}"] = None
             continue
-        sa, sb = per_task_success(systems[a]), per_task_success(systems[b])
-        tasks = sorted(sa.keys() & sb.keys())
-        out[f"{a}_vs_{b}"] = paired_bootstrap([sa[t] for t in tasks], [sb[t] for t in tasks])
+        tasks = sorted(rates[a].keys() & rates[b].keys())
+        out[f"{a}_vs_{b}"] = paired_bootstrap([rates[a][t] for t in tasks], [rates[b][t] for t in tasks])
     return out
 
 

@@ -396,19 +396,39 @@ def seed_run(config: RunConfig, seed: int) -> RunConfig:
     return config.model_copy(update={"run_dir": run_dir, "training": config.training.model_copy(update={"seed": seed})})
 
 
-def pool_seeds(evaluations: list[Path]) -> dict:
-    """Success per system in each run's evaluation folder and its mean over the runs (the systems all
-    runs evaluated), with paired-bootstrap p-values over tasks, each task's success averaged over the
-    runs: the runs share their held-out tasks, so tasks, not (seed, task) pairs, are the resampled unit."""
-    from trace_agents.evaluate import compare
+def run_record(evaluation: Path, config: RunConfig | None = None) -> dict:
+    """What a finished run measured, small enough to keep in git (run folders hold models and do not
+    survive a machine): its table and each system's success per held-out task, plus the run config."""
+    table = json.loads((evaluation / "table.json").read_text())
+    from trace_agents.evaluate import per_task_success
 
-    tables = [json.loads((d / "table.json").read_text()) for d in evaluations]
-    rates = [{r["system"]: r["success_rate"] for r in t["systems"]} for t in tables]
+    verdicts = {r["system"]: per_task_success(read_jsonl(evaluation / f"{_file(r['system'])}.jsonl"))
+                for r in table["systems"]}
+    return {"config": config.model_dump(mode="json") if config else None, "table": table, "verdicts": verdicts}
+
+
+def pool_records(records: list[dict]) -> dict:
+    """Success per system in each run and its mean over the runs (the systems all runs evaluated), with
+    paired-bootstrap p-values over tasks, each task's success averaged over the runs: the runs share their
+    held-out tasks, so tasks, not (seed, task) pairs, are the resampled unit."""
+    from trace_agents.evaluate import compare_rates
+
+    rates = [{r["system"]: r["success_rate"] for r in rec["table"]["systems"]} for rec in records]
     names = [n for n in rates[0] if all(n in r for r in rates)]
-    results = {n: [t for d in evaluations for t in read_jsonl(d / f"{_file(n)}.jsonl")] for n in names}
-    return {"runs": len(tables), "success_rate": {n: [r[n] for r in rates] for n in names},
+    per_task = {n: _mean_per_task([rec["verdicts"][n] for rec in records]) for n in names}
+    return {"runs": len(records), "success_rate": {n: [r[n] for r in rates] for n in names},
             "mean_success_rate": {n: round(sum(r[n] for r in rates) / len(rates), 4) for n in names},
-            "p_values": compare(results, COMPARED)}
+            "p_values": compare_rates(per_task, COMPARED)}
+
+
+def _mean_per_task(verdicts: list[dict[str, float]]) -> dict[str, float]:
+    tasks = set.intersection(*(set(v) for v in verdicts))
+    return {t: sum(v[t] for v in verdicts) / len(verdicts) for t in tasks}
+
+
+def pool_seeds(evaluations: list[Path]) -> dict:
+    """`pool_records` over the evaluation folders of several runs."""
+    return pool_records([run_record(d) for d in evaluations])
 
 
 def _valid_envs(synthesis_dir: Path, analysis_dir: Path, a: AnalysisCfg) -> dict[str, Path]:
