@@ -30,15 +30,12 @@ from multiturn_update import update_seconds
 from trace_agents.agent.policy import Sampling, TransformersPolicy
 from trace_agents.agent.rollout import rollout
 from trace_agents.envs.base import resolve_env
-from trace_agents.training.grpo import GRPOConfig, build_samples, make_lora_model
+from trace_agents.training.grpo import GRPOConfig, build_samples, make_lora_model, randomize_lora_b
 
 
 def lora_model(name: str, dtype: str, device: str | None):
     model, tok = make_lora_model(name, GRPOConfig(lora_r=8, lora_alpha=16, dtype=dtype), device=device)
-    gen = torch.Generator().manual_seed(0)
-    for n, p in model.named_parameters():
-        if "lora_B" in n:
-            p.data.copy_(torch.randn(p.shape, generator=gen) * 0.01)
+    randomize_lora_b(model, 0.01, torch.Generator().manual_seed(0))  # the same start in both dtypes
     return model.eval(), tok
 
 

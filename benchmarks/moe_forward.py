@@ -33,6 +33,7 @@ from torch import nn
 
 from trace_agents.compose import ComposeConfig, compose
 from trace_agents.models import load_model
+from trace_agents.training.grpo import randomize_lora_b
 
 TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
 
@@ -44,10 +45,7 @@ def make_adapters(base, root: Path, n: int, rank: int) -> dict[str, Path]:
     for i in range(n):
         torch.manual_seed(i)
         peft = get_peft_model(copy.deepcopy(base), LoraConfig(r=rank, lora_alpha=rank, target_modules=TARGETS))
-        with torch.no_grad():
-            for name, p in peft.named_parameters():
-                if "lora_B" in name:
-                    p.normal_(0, 0.02)
+        randomize_lora_b(peft, 0.02)
         peft.save_pretrained(root / f"expert{i}")
         out[f"expert{i}"] = root / f"expert{i}"
     return out

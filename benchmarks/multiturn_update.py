@@ -23,7 +23,7 @@ import torch
 from trace_agents.agent.policy import Sampling, TransformersPolicy
 from trace_agents.agent.rollout import rollout
 from trace_agents.envs.base import resolve_env
-from trace_agents.training.grpo import GRPOConfig, build_samples, make_lora_model, policy_update
+from trace_agents.training.grpo import GRPOConfig, build_samples, make_lora_model, policy_update, randomize_lora_b
 
 def update_seconds(model, samples, config: GRPOConfig, pad_id: int, repeats: int) -> tuple[float, torch.Tensor]:
     """Median seconds of `repeats` updates from the same weights, and the step of one of them."""
@@ -56,9 +56,7 @@ def main() -> None:
 
     config = GRPOConfig(lora_r=8, lora_alpha=16)
     model, tok = make_lora_model(args.model, config, device=args.device)
-    for n, p in model.named_parameters():  # B = 0 at a fresh start would leave A without gradient
-        if "lora_B" in n:
-            torch.nn.init.normal_(p, std=0.01)
+    randomize_lora_b(model, 0.01)
     make_env = resolve_env(args.env)
     seeds = make_env().seeds("train")[: args.episodes]
     model.eval()

@@ -45,6 +45,8 @@ def base_model():
 def save_lora(folder, rank, targets, seed, hidden=None):
     from peft import LoraConfig, get_peft_model
 
+    from trace_agents.training.grpo import randomize_lora_b
+
     model = base_model()
     if hidden is not None:  # a different base: same layer names, other shapes
         from transformers import LlamaConfig, LlamaForCausalLM
@@ -54,10 +56,7 @@ def save_lora(folder, rank, targets, seed, hidden=None):
         model = LlamaForCausalLM(cfg)
     torch.manual_seed(seed)
     peft = get_peft_model(model, LoraConfig(r=rank, lora_alpha=2 * rank, target_modules=targets))
-    with torch.no_grad():
-        for name, p in peft.named_parameters():
-            if "lora_B" in name:  # PEFT starts B at zero: randomise so every adapter changes the logits
-                p.normal_(0, 0.2)
+    randomize_lora_b(peft, 0.2)
     peft.save_pretrained(folder)
     return folder
 

@@ -12,7 +12,7 @@ import torch
 from toy_envs import ShortEnv
 
 from trace_agents.training.grpo import (GRPOConfig, Sample, _collate, build_samples, episode_turns, group_advantages,
-                                        micro_batches, pack_turns, policy_update, token_logprobs, train)
+                                        micro_batches, pack_turns, policy_update, randomize_lora_b, token_logprobs, train)
 from trace_agents.types import FunctionCall, Message, ToolCall, Trajectory
 
 TOY = str(Path(__file__).with_name("toy_envs.py"))
@@ -78,9 +78,7 @@ def _sgd_step(samples: list[Sample], rows: int, tokens: int) -> torch.Tensor:
 
     torch.manual_seed(0)
     model = get_peft_model(load_model("tiny-random", device="cpu")[0], LoraConfig(r=4, target_modules=["q_proj", "v_proj"]))
-    for n, p in model.named_parameters():
-        if "lora_B" in n:
-            torch.nn.init.normal_(p, std=0.1)  # B = 0 at init: A would get no gradient
+    randomize_lora_b(model, 0.1)
     trainable = [p for p in model.parameters() if p.requires_grad]
     before = torch.cat([p.detach().flatten() for p in trainable])
     opt = torch.optim.SGD(trainable, lr=1.0)

@@ -338,8 +338,7 @@ def _systems(config: RunConfig, model: str, adapters: dict[str, Path], grpo: Pat
     systems["composed"] = {"composed": str(composed), "router": "token", "rollouts": spent}
     if config.compose.task_router:
         systems["task_router"] = {"composed": str(composed), "router": "task", "rollouts": adapters_spent}
-    dtype = {} if config.dtype == "float32" else {"dtype": config.dtype}
-    return {name: {"model": model, **dtype, **s} for name, s in systems.items()}
+    return {name: {"model": model, "dtype": config.dtype, **s} for name, s in systems.items()}
 
 
 def evaluate_systems(systems: dict[str, dict[str, Any]], make_target, out: Path, cfg: EvaluationCfg, max_steps: int,

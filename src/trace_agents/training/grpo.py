@@ -380,6 +380,15 @@ def make_lora_model(model_name: str, config: GRPOConfig, device: str | None = No
     return model, tok
 
 
+def randomize_lora_b(model: torch.nn.Module, std: float, generator: torch.Generator | None = None) -> None:
+    """Draw every LoRA B from N(0, std). PEFT starts B at zero, which makes a fresh adapter a no-op whose A
+    gets no gradient; tests and benchmarks that need adapters which move the logits start from this."""
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if "lora_B" in name:
+                p.normal_(0, std, generator=generator)
+
+
 def train(
     make_env: Callable[[], Env],
     model_name: str,
