@@ -193,6 +193,12 @@ def _at(dtype: str, part: Any) -> Any:
     return part if dtype == "float32" else [part, dtype]
 
 
+def _release_memory() -> None:
+    from trace_agents.models import release_memory  # imports torch: not at the top of the config module
+
+    release_memory()
+
+
 def _fingerprint(*parts: Any) -> str:
     return hashlib.sha256(json.dumps(parts, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
@@ -225,6 +231,7 @@ class Stages:
             started = time.time()
             self.log(f"[{name}] running")
             body(tmp)
+            _release_memory()
             mark.unlink()
             write_json(tmp / "stage.json", {"fingerprint": fp, "seconds": round(time.time() - started, 1)})
             shutil.rmtree(folder, ignore_errors=True)
@@ -364,6 +371,8 @@ def evaluate_systems(systems: dict[str, dict[str, Any]], make_target, out: Path,
             routing = routing_summary(policy, trajs) if s.get("composed") else None
             write_jsonl(path, trajs)
             write_json(meta, {"seconds": seconds, **s, "routing": routing})
+            del policy
+            _release_memory()
         results[name], info = read_jsonl(path), json.loads(meta.read_text())
         stat = summarize(results[name], env=make_target().name, model=name, split=cfg.split)
         rows.append({"system": name, "n": stat["n"], "success_rate": stat["success_rate"], "ci": stat["ci95"],

@@ -31,6 +31,7 @@ import torch
 from trace_agents.agent.policy import Sampling, TransformersPolicy
 from trace_agents.agent.rollout import rollout
 from trace_agents.envs.base import Env
+from trace_agents.models import release_memory
 from trace_agents.types import Trajectory, atomic_write_text, write_json
 
 DTYPES = ("float32", "bfloat16", "float16")
@@ -452,6 +453,7 @@ def run_grpo(make_env: Callable[[], Env], trainee: Trainee, out: str | Path, con
         for key, value in record.items():
             if isinstance(value, (int, float)) and key != "step":
                 board.add_scalar(f"grpo/{key}", value, step)
+        release_memory()  # the step's freed sampling and backward buffers (GBs), before the next step or stage
         if on_step:
             on_step(record)
         if step % config.save_every == 0 or step == config.steps:
