@@ -407,9 +407,9 @@ def seed_run(config: RunConfig, seed: int) -> RunConfig:
 def run_record(evaluation: Path, config: RunConfig | None = None) -> dict:
     """What a finished run measured, small enough to keep in git (run folders hold models and do not
     survive a machine): its table and each system's success per held-out task, plus the run config."""
-    table = json.loads((evaluation / "table.json").read_text())
     from trace_agents.evaluate import per_task_success
 
+    table = json.loads((evaluation / "table.json").read_text())
     verdicts = {r["system"]: per_task_success(read_jsonl(evaluation / f"{_file(r['system'])}.jsonl"))
                 for r in table["systems"]}
     return {"config": config.model_dump(mode="json") if config else None, "table": table, "verdicts": verdicts}
