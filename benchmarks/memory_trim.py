@@ -35,19 +35,20 @@ def child(args: argparse.Namespace) -> None:
     seen: list[dict[str, float]] = []
     config = grpo.GRPOConfig(steps=args.steps, group_size=args.group_size, groups_per_step=args.groups, lr=5e-4,
                              max_new_tokens=args.max_new_tokens, max_steps=1, seed=0, dtype=args.dtype,
-                             save_every=10_000)
+                             save_every=10_000, micro_tokens=args.micro_tokens)
     with tempfile.TemporaryDirectory() as out:
-        grpo.train(resolve_env(args.env), args.model, out, config, on_step=lambda record: seen.append(rss_mb()))
+        grpo.train(resolve_env(args.env), args.model, out, config,
+                   on_step=lambda record: seen.append({**rss_mb(), "seconds": record["seconds"]}))
     print(json.dumps(seen))
 
 
 def measure(args: argparse.Namespace, trim: bool) -> dict:
     cmd = [sys.executable, __file__, "--child", "--trim", str(int(trim)), "--model", args.model, "--env", args.env,
            "--steps", str(args.steps), "--group-size", str(args.group_size), "--groups", str(args.groups),
-           "--max-new-tokens", str(args.max_new_tokens), "--dtype", args.dtype]
+           "--max-new-tokens", str(args.max_new_tokens), "--dtype", args.dtype, "--micro-tokens", str(args.micro_tokens)]
     steps = json.loads(subprocess.run(cmd, check=True, capture_output=True, text=True).stdout.strip().splitlines()[-1])
     return {"rss_mb_per_step": [s["VmRSS"] for s in steps], "rss_mb_last": steps[-1]["VmRSS"],
-            "peak_mb": steps[-1]["VmHWM"]}
+            "peak_mb": steps[-1]["VmHWM"], "seconds_per_step": [s["seconds"] for s in steps]}
 
 
 def main() -> None:
@@ -59,6 +60,7 @@ def main() -> None:
     ap.add_argument("--groups", type=int, default=2)
     ap.add_argument("--max-new-tokens", type=int, default=80)
     ap.add_argument("--dtype", default="bfloat16")
+    ap.add_argument("--micro-tokens", type=int, default=2048, help="GRPOConfig.micro_tokens: the update's peak grows with it")
     ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--trim", type=int, default=1, help=argparse.SUPPRESS)
     args = ap.parse_args()
