@@ -41,16 +41,16 @@ def run_one(config, records: Path) -> dict:
 
     started = time.time()
     summary = run_pipeline(config, resume=True, log=lambda m: print(m, file=sys.stderr, flush=True))
-    table = json.loads(Path(summary["evaluation"]).read_text())
-    records.mkdir(parents=True, exist_ok=True)
+    evaluation = Path(summary["evaluation"]).parent
     stages = {d.name: json.loads((d / "stage.json").read_text())["seconds"] for d in sorted(config.run_dir.glob("[0-9][0-9]_*"))
               if (d / "stage.json").exists()}  # what each stage took when it ran (a resumed run's own wall is less)
-    record = {**run_record(Path(summary["evaluation"]).parent, config), "stage_seconds": stages,
-              "wall_seconds": round(time.time() - started, 1)}
+    wall = round(time.time() - started, 1)
+    record = {**run_record(evaluation, config), "stage_seconds": stages, "wall_seconds": wall}
+    records.mkdir(parents=True, exist_ok=True)
     (records / f"{config.run_dir.name}.json").write_text(json.dumps(record, indent=1, sort_keys=True) + "\n")
-    return {"run_dir": str(config.run_dir), "seed": config.training.seed, "wall_seconds": round(time.time() - started, 1),
-            "evaluation": str(Path(summary["evaluation"]).parent),
-            "capabilities": summary["capabilities"],
+    table = record["table"]
+    return {"run_dir": str(config.run_dir), "seed": config.training.seed, "wall_seconds": wall,
+            "evaluation": str(evaluation), "capabilities": summary["capabilities"],
             "gains": gains({r["system"]: r["success_rate"] for r in table["systems"]}), "table": table}
 
 
