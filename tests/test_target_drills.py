@@ -29,6 +29,36 @@ def test_tasks_come_from_the_train_split_only(drill):
     assert train_functions - test_functions
 
 
+@pytest.mark.parametrize("drill", DRILLS)
+def test_borrowed_tasks_add_train_material_but_nothing_of_the_target_test_split(drill):
+    # BFCL builds `multiple` from simple requests: some simple_python train requests ARE multiple test requests
+    multiple, simple = load_category("multiple")[0], load_category("simple_python")[0]
+    test = [multiple[i] for i, s in split_of("multiple").items() if s == "test"]
+    test_requests = {e["question"][0][-1]["content"] for e in test}
+    test_functions = {f["name"] for e in test for f in e["function"]}
+    simple_train = [i for i, s in split_of("simple_python").items() if s == "train"]
+    assert any(simple[i]["question"][0][-1]["content"] in test_requests for i in simple_train)
+
+    env, own = drill(0.5, fresh=True, extra=("simple_python",)), drill(0.5)
+    borrowed = [i for i in env.ids if i.startswith("simple_python_")]
+    assert set(own.ids) < set(env.ids) and 100 < len(borrowed) < len(simple_train)
+    seen = set()
+    for seed in range(400):
+        env.reset(seed)
+        seen.add(_task_of(env))
+        env.step(assistant(call(*env.reference()[0])))
+        assert env.verdict().success
+    assert seen & set(borrowed) and seen & set(own.ids)
+    for i in borrowed:
+        assert split_of("simple_python")[i] == "train"
+        assert simple[i]["question"][0][-1]["content"] not in test_requests
+        assert not {f["name"] for f in simple[i]["function"]} & test_functions
+    with pytest.raises(ValueError, match="single-turn BFCL category"):
+        drill(extra=("multi_turn_base",))
+    with pytest.raises(ValueError, match="adds no clean train task"):
+        drill(extra=("parallel",))  # its train tasks all want several calls
+
+
 def test_same_seed_same_request_at_any_difficulty_and_more_distractors_when_harder():
     easy, hard = TargetFunctionSelectionEnv(0.0), TargetFunctionSelectionEnv(1.0)
     for seed in range(20):
@@ -193,3 +223,10 @@ def test_partial_credit_rejects_bad_values_and_catalog_sources(tmp_path):
     with pytest.raises(ValueError, match="source: target"):
         SynthesisCfg(partial_credit=0.5)
     assert SynthesisCfg(partial_credit=0.5, source="target").partial_credit == 0.5
+    pinned = families_for("bfcl/multiple", "target", extra=("simple_python",))["argument_value_grounding"][1]
+    module = write_builtin("argument_value_grounding", tmp_path, 0.0, (TargetArgumentGroundingEnv, pinned))
+    assert resolve_env(str(module))().extra == ("simple_python",)
+    with pytest.raises(DataError, match="not single-turn BFCL categories"):
+        families_for("bfcl/multiple", "target", extra=("web",))
+    with pytest.raises(ValueError, match="source: target"):
+        SynthesisCfg(extra_categories=["simple_python"])

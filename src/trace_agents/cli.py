@@ -305,6 +305,8 @@ def synthesize_cmd(
                                          "times how near it came (parsed call, right function, accepted values); 0: BFCL's 0/1."),
     fresh: bool = typer.Option(False, "--fresh", help="With --source target: vary each train task procedurally "
                                "(new values in the request and answer, sibling functions of the right one)."),
+    extra_category: list[str] = typer.Option([], "--extra-category", help="With --source target: the drills also draw "
+                                             "this single-turn BFCL category's clean train tasks (repeatable; e.g. simple_python)."),
 ):
     """One validated (and calibrated) environment per selected capability (stage 2); a rerun with the
     same model, seeds, samples and rounds reuses the saved calibrations."""
@@ -315,7 +317,7 @@ def synthesize_cmd(
     if rounds < 1:
         raise UsageError("--rounds must be at least 1")
     summary = synthesize_all(capabilities, target, out, llm=llm, model=model, seeds=seeds, samples=samples, rounds=rounds,
-                             source=source, partial_credit=partial_credit, fresh=fresh)
+                             source=source, partial_credit=partial_credit, fresh=fresh, extra=tuple(extra_category))
     table = Table(title="environments")
     for col in ("capability", "source", "valid", "difficulty", "success", "mean reward", "degenerate", "in band"):
         table.add_column(col)

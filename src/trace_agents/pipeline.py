@@ -55,10 +55,13 @@ class SynthesisCfg(_Cfg):
                                   "groups still teach; 0: BFCL's 0/1 reward. Success is always BFCL's verdict.")
     fresh: bool = Field(False, description="Drills (source: target) vary each train task procedurally: new values in "
                         "the request and its answer, look-alike sibling functions of the right one.")
+    extra_categories: list[Literal["simple_python", "multiple"]] = Field(
+        default_factory=list, description="Drills (source: target) also draw the train tasks of these single-turn BFCL "
+        "categories, leaving out any that offers a function of the target's test split or repeats one of its requests.")
 
     @model_validator(mode="after")
     def _drill_options_need_drills(self) -> "SynthesisCfg":
-        for option, default in (("partial_credit", 0), ("fresh", False)):
+        for option, default in (("partial_credit", 0), ("fresh", False), ("extra_categories", [])):
             if getattr(self, option) != default and self.source != "target":
                 raise ValueError(f"{option} applies to the drills on the target's train tasks: set source: target, "
                                  f"or {option}: {str(default).lower()}")
@@ -284,7 +287,7 @@ def run_pipeline(config: RunConfig, resume: bool = True, log: Callable[[str], No
         synthesize_all(analysis_dir / "capabilities.json", config.target, d, llm=s.llm,
                        model=model if s.calibrate else None, seeds=s.seeds, samples=s.samples, rounds=s.rounds,
                        difficulty=s.difficulty, source=s.source, partial_credit=s.partial_credit,
-                       fresh=s.fresh)
+                       fresh=s.fresh, extra=tuple(s.extra_categories))
 
     synthesis_dir = stages.run("synthesis", config.synthesis, synthesis)
     envs = _valid_envs(synthesis_dir, analysis_dir, config.analysis)

@@ -175,8 +175,12 @@ class BfclEnv:
         return sorted(int(i.rsplit("_", 1)[1]) for i in ids)
 
     def reset(self, seed: int) -> list[Message]:
-        entries, answers = load_category(self.category)
-        self.task_id = f"{self.category}_{seed}"
+        return self._open(self.category, seed)
+
+    def _open(self, category: str, seed: int) -> list[Message]:
+        """Start task `seed` of `category` (the env's own, or for drills a category they borrow from)."""
+        entries, answers = load_category(category)
+        self.task_id = f"{category}_{seed}"
         if self.task_id not in entries:
             raise KeyError(f"{self.name} has no task with seed {seed} (id {self.task_id})")
         self.entry, self.answer = entries[self.task_id], answers[self.task_id]["ground_truth"]

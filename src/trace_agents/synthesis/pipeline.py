@@ -13,6 +13,7 @@ from functools import cache, partial
 from pathlib import Path
 from typing import Any, Callable
 
+from trace_agents.envs.bfcl import CATEGORIES
 from trace_agents.synthesis import builtin_families, target_families
 from trace_agents.types import DataError, atomic_write_text, write_json
 
@@ -33,13 +34,14 @@ class Env(_Family):
 SOURCES = ("catalog", "target")
 
 
-def families_for(target: str, source: str = "catalog", partial_credit: float = 0.0,
-                 fresh: bool = False) -> dict[str, tuple[type, dict[str, Any]]]:
+def families_for(target: str, source: str = "catalog", partial_credit: float = 0.0, fresh: bool = False,
+                 extra: tuple[str, ...] = ()) -> dict[str, tuple[type, dict[str, Any]]]:
     """Capability -> (built-in env class, constructor arguments its module pins). `source` "catalog":
     the families on the warm-up catalog; "target": where a capability has drills on the target's own
     train tasks (target_drills.py: function_selection, argument_value_grounding), those replace
     the catalog family, and pin `partial_credit` (failed replies earn that times their closeness) and
-    `fresh` (procedural variants of the train tasks: new values, sibling functions; variants.py)."""
+    `fresh` (procedural variants of the train tasks: new values, sibling functions; variants.py) and
+    `extra` (more single-turn BFCL categories whose clean train tasks the drills draw too)."""
     if source not in SOURCES:
         raise DataError(f"unknown environment source {source!r}; choose one of {', '.join(SOURCES)}")
     if not 0 <= partial_credit < 1:
@@ -49,11 +51,14 @@ def families_for(target: str, source: str = "catalog", partial_credit: float = 0
         category = target.split("/", 1)[1] if target.startswith("bfcl/") else ""
         if not category or category.startswith("multi_turn"):
             raise DataError(f"source 'target' needs a single-turn bfcl/ target, not {target!r}; use source 'catalog'")
+        single_turn = [c for c in CATEGORIES if not c.startswith("multi_turn")]
+        if unknown := [c for c in extra if c not in single_turn]:
+            raise DataError(f"extra categories {unknown} are not single-turn BFCL categories; choose from {', '.join(single_turn)}")
         pinned = {"category": category, **({"partial_credit": partial_credit} if partial_credit else {}),
-                  **({"fresh": True} if fresh else {})}
+                  **({"fresh": True} if fresh else {}), **({"extra": tuple(extra)} if extra else {})}
         families.update({name: (cls, dict(pinned)) for name, cls in target_families().items()})
-    elif partial_credit or fresh:
-        option = "partial_credit" if partial_credit else "fresh"
+    elif partial_credit or fresh or extra:
+        option = "partial_credit" if partial_credit else "fresh" if fresh else "extra"
         raise DataError(f"{option} applies to the drills on the target's train tasks; set source 'target' too")
     return families
 
@@ -80,14 +85,14 @@ def selected_capabilities(path: Path) -> list[dict[str, Any]]:
 def synthesize_all(capabilities: Path, target: str, out: Path, *, llm: str | None = None, model: str | None = None,
                    seeds: int = 8, samples: int = 4, rounds: int = 3, failed_examples: list[str] | None = None,
                    difficulty: float = 0.5, source: str = "catalog", partial_credit: float = 0.0,
-                   fresh: bool = False) -> dict:
+                   fresh: bool = False, extra: tuple[str, ...] = ()) -> dict:
     """For every selected capability: module + `<cap>.validation.json` (+ `<cap>.calibration.json`).
     Without a model to calibrate with, built-in families are pinned at `difficulty`; `source` picks
     catalog or target-drill families (`families_for`)."""
     from trace_agents.synthesis.validate import validate_module
 
     out.mkdir(parents=True, exist_ok=True)
-    families = families_for(target, source, partial_credit, fresh)
+    families = families_for(target, source, partial_credit, fresh, extra)
     load_policy = cache(lambda: _policy(model))  # loaded once, and only if some family needs rollouts
     summary: dict[str, Any] = {"target": target, "environments": {}}
     for cap in selected_capabilities(capabilities):

@@ -11,8 +11,14 @@ own, and reshape it to isolate one capability:
   reward is about the values. Difficulty: tasks with more arguments to fill are drawn more often.
 With `fresh`, each seed is a procedural variant of its train task (variants.py): new values in the
 request and its possible answer, and for function_selection look-alike siblings of the right function.
-They never read the test split (a test pins this), so the held-out evaluation stays clean; the
-plain-GRPO baseline trains on the same train tasks as BFCL offers them.
+With `extra` categories (e.g. simple_python for a `multiple` target), the drills also draw those
+categories' train tasks with one reference call, in the same format: more requests and functions than
+the target's ~100 train tasks, which the plain-GRPO baseline trains on too. BFCL builds `multiple` from
+`simple` requests (43 of its 100 test requests are word for word simple_python ones), so a borrowed
+task is left out when it offers a function of the target's test split or its request shares >= 60%
+of its words with a test request.
+They never read the test split (tests pin both), so the held-out evaluation stays clean; the
+plain-GRPO baseline trains on the target's train tasks as BFCL offers them.
 
 Seeds: train 0..99,999 and test 1,000,000..1,000,999, as the catalog families (the env's own test
 seeds recombine the same train tasks: they measure the capability, the target's test split measures
@@ -31,7 +37,7 @@ from typing import ClassVar
 
 from trace_agents.agent.format import to_openai_tool
 from trace_agents.envs.base import Split
-from trace_agents.envs.bfcl import BfclEnv, load_category, split_of
+from trace_agents.envs.bfcl import CATEGORIES, BfclEnv, load_category, split_of
 from trace_agents.synthesis.families import checked_difficulty, family_seeds
 from trace_agents.synthesis.variants import contrast_words, fresh_values, name_words, siblings
 from trace_agents.types import Message
@@ -67,12 +73,47 @@ def _first_accepted(options: dict) -> dict:
     return {k: unwrap(copy.deepcopy(v[0])) for k, v in options.items() if v and v[0] != ""}
 
 
+def _category_of(task_id: str) -> str:
+    return task_id.rsplit("_", 1)[0]
+
+
+def _entry(task_id: str) -> dict:
+    return load_category(_category_of(task_id))[0][task_id]
+
+
+def _request_words(entry: dict) -> frozenset[str]:
+    return frozenset(re.findall(r"[a-z]{3,}", entry["question"][0][-1]["content"].lower()))
+
+
 @lru_cache(maxsize=None)
-def _train_material(category: str) -> tuple[tuple[str, ...], tuple[dict, ...]]:
-    """(train task ids with one reference call, every distinct function of the train split)."""
-    entries, answers = load_category(category)
-    ids = sorted(i for i, s in split_of(category).items() if s == "train" and len(answers[i]["ground_truth"]) == 1)
-    functions = {f["name"]: f for i in ids for f in entries[i]["function"]}
+def _single_call_train_ids(category: str) -> tuple[str, ...]:
+    answers = load_category(category)[1]
+    return tuple(sorted(i for i, s in split_of(category).items() if s == "train" and len(answers[i]["ground_truth"]) == 1))
+
+
+@lru_cache(maxsize=None)
+def _test_footprint(category: str) -> tuple[frozenset[str], tuple[frozenset[str], ...]]:
+    """(function names, request words) of the category's test tasks: what a borrowed task must not share."""
+    entries = load_category(category)[0]
+    tests = [entries[i] for i, s in split_of(category).items() if s == "test"]
+    return frozenset(f["name"] for e in tests for f in e["function"]), tuple(_request_words(e) for e in tests)
+
+
+def _leaks(entry: dict, footprint: tuple[frozenset[str], tuple[frozenset[str], ...]]) -> bool:
+    names, requests = footprint
+    words = _request_words(entry)
+    return bool({f["name"] for f in entry["function"]} & names) or any(_likeness(words, r) >= 0.6 for r in requests)
+
+
+@lru_cache(maxsize=None)
+def _train_material(category: str, extra: tuple[str, ...] = ()) -> tuple[tuple[str, ...], tuple[dict, ...]]:
+    """(train task ids with one reference call: the category's, then the clean ones of each `extra`
+    category; every distinct function they offer)."""
+    ids = list(_single_call_train_ids(category))
+    footprint = _test_footprint(category)
+    for other in dict.fromkeys(c for c in extra if c != category):
+        ids += [i for i in _single_call_train_ids(other) if not _leaks(_entry(i), footprint)]
+    functions = {f["name"]: f for i in ids for f in _entry(i)["function"]}
     return tuple(ids), tuple(functions[n] for n in sorted(functions))
 
 
@@ -82,27 +123,33 @@ class _TargetDrill(BfclEnv):
     capability: ClassVar[str] = ""
 
     def __init__(self, difficulty: float = 0.5, category: str = "multiple", partial_credit: float = 0.0,
-                 fresh: bool = False):
+                 fresh: bool = False, extra: tuple[str, ...] = ()):
         difficulty = checked_difficulty(difficulty)
-        if category.startswith("multi_turn"):
-            raise ValueError(f"{category!r} is multi-turn; target drills need a single-turn category")
+        for c in (category, *extra):
+            if c.startswith("multi_turn") or c not in CATEGORIES:
+                raise ValueError(f"{c!r} is not a single-turn BFCL category; target drills take one of "
+                                 f"{', '.join(c for c in CATEGORIES if not c.startswith('multi_turn'))}")
         super().__init__(category, partial_credit=partial_credit)
         self.checker_category = "multiple"  # the answer is looked up among the offered functions
         self.difficulty = difficulty
         self.fresh = fresh
         self.name = f"target/{self.capability}"
-        self.ids, self.pool = _train_material(category)
+        self.extra = tuple(extra)
+        self.ids, self.pool = _train_material(category, self.extra)
         if not self.ids:
             raise ValueError(f"bfcl/{category} has no train task with a single reference call")
+        for c in self.extra:
+            if len(_train_material(category, (c,))[0]) == len(_train_material(category)[0]):
+                raise ValueError(f"bfcl/{c} adds no clean train task with a single reference call to bfcl/{category}'s drills")
 
     def seeds(self, split: Split) -> list[int]:
         return family_seeds(split)
 
     def reset(self, seed: int) -> list[Message]:
-        task_id = self._task(random.Random(f"target/{self.capability}/task/{seed}"))
-        messages = super().reset(int(task_id.rsplit("_", 1)[1]))
+        category, index = self._task(random.Random(f"target/{self.capability}/task/{seed}")).rsplit("_", 1)
+        messages = self._open(category, int(index))
         if self.fresh:
-            messages = self._freshen(random.Random(f"target/{self.capability}/values/{seed}"))
+            messages = self._freshen(category, random.Random(f"target/{self.capability}/values/{seed}"))
         offered = self._offer(random.Random(f"target/{self.capability}/extra/{seed}"))
         random.Random(f"target/{self.capability}/order/{seed}").shuffle(offered)
         self.entry = {**copy.deepcopy(self.entry), "function": offered}
@@ -114,14 +161,15 @@ class _TargetDrill(BfclEnv):
     def _task(self, rng: random.Random) -> str:
         return rng.choice(self.ids)
 
-    def _freshen(self, rng: random.Random) -> list[Message]:
-        """Fresh values in the request and the possible answer (variants.fresh_values)."""
+    def _freshen(self, category: str, rng: random.Random) -> list[Message]:
+        """Fresh values in the request and the possible answer (variants.fresh_values; donor values
+        come from the task's own category)."""
         question = copy.deepcopy(self.entry["question"])
         (name, params), = self.answer[0].items()
         properties = self._answer_function().get("parameters", {}).get("properties", {})
         enums = {k for k, v in properties.items() if "enum" in v}
         question[0][-1]["content"], params = fresh_values(question[0][-1]["content"], params, enums,
-                                                          self.category, self.task_id, rng)
+                                                          category, self.task_id, rng)
         self.entry, self.answer = {**self.entry, "question": question}, [{name: params}]
         return [Message(**m) for m in question[0]]
 
@@ -195,8 +243,7 @@ class TargetArgumentGroundingEnv(_TargetDrill):
     @cached_property
     def _weights(self) -> list[float]:
         """More arguments to fill at higher difficulty: weight (1 + n)^(3d), uniform at 0."""
-        answers = load_category(self.category)[1]
-        n = [len(next(iter(answers[i]["ground_truth"][0].values()))) for i in self.ids]
+        n = [len(next(iter(load_category(_category_of(i))[1][i]["ground_truth"][0].values()))) for i in self.ids]
         return [(1 + k) ** (3 * self.difficulty) for k in n]
 
     def _offer(self, rng: random.Random) -> list[dict]:
