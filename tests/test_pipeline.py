@@ -306,3 +306,17 @@ def test_synthesis_partial_credit_reaches_the_drills(tmp_path, monkeypatch):
     with pytest.raises(Enough):
         run_pipeline(config, log=lambda m: None)
     assert seen["partial_credit"] == 0.5 and seen["source"] == "target"
+
+
+def test_stage_fingerprints_stay_put_when_an_option_is_added_at_its_default():
+    # Run folders outlive the code: an option added at its default must not rerun every stage of an
+    # existing run (session 19 lost a resumed run's adapters stage this way). A new option goes in its
+    # config's `_quiet_at_default`; then these pinned prints of the default configs do not move.
+    from trace_agents.pipeline import (AnalysisCfg, ComposeCfg, EvaluationCfg, SynthesisCfg, TrainingCfg, WarmupCfg,
+                                       _fingerprint)
+
+    pinned = {WarmupCfg: "549b84272e1ca1ce", AnalysisCfg: "57fccdecfd070e89", SynthesisCfg: "29c9c26c9653bf8b",
+              TrainingCfg: "510a4abbdff6d26a", ComposeCfg: "69c12f5e33d4b715", EvaluationCfg: "3f35223a2532ab6c"}
+    assert {c: _fingerprint(c()) for c in pinned} == pinned
+    wide = SynthesisCfg(source="target", extra_categories=["simple_python"])
+    assert _fingerprint(wide) != _fingerprint(SynthesisCfg(source="target"))  # set, it is an input like any other

@@ -14,7 +14,7 @@ import json
 import shutil
 import time
 from pathlib import Path
-from typing import Any, Callable, Literal
+from typing import Any, Callable, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
@@ -23,6 +23,15 @@ from trace_agents.types import DataError, read_jsonl, write_json, write_jsonl
 
 class _Cfg(BaseModel):
     model_config = ConfigDict(extra="forbid")
+    # Options added after run folders exist: at their default they are left out of str(), which is what
+    # a stage's fingerprint hashes, so a folder made before the option existed still resumes instead of
+    # redoing the stage and every stage after it. A new option belongs here.
+    _quiet_at_default: ClassVar[frozenset[str]] = frozenset()
+
+    def __repr_args__(self):
+        for name, value in super().__repr_args__():
+            if name not in self._quiet_at_default or value != type(self).model_fields[name].get_default(call_default_factory=True):
+                yield name, value
 
 
 class WarmupCfg(_Cfg):
@@ -58,6 +67,8 @@ class SynthesisCfg(_Cfg):
     extra_categories: list[Literal["simple_python", "multiple"]] = Field(
         default_factory=list, description="Drills (source: target) also draw the train tasks of these single-turn BFCL "
         "categories, leaving out any that offers a function of the target's test split or repeats one of its requests.")
+
+    _quiet_at_default = frozenset({"extra_categories"})
 
     @model_validator(mode="after")
     def _drill_options_need_drills(self) -> "SynthesisCfg":
