@@ -29,6 +29,7 @@ from trace_agents.envs.bfcl_checker import shared_checker
 from trace_agents.types import Message, Verdict
 
 CATEGORIES = ("simple_python", "multiple", "parallel", "multi_turn_base")
+SINGLE_TURN = tuple(c for c in CATEGORIES if not c.startswith("multi_turn"))
 MAX_STEPS_PER_TURN = 20  # BFCL's own MAXIMUM_STEP_LIMIT
 
 

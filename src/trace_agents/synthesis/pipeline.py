@@ -13,7 +13,7 @@ from functools import cache, partial
 from pathlib import Path
 from typing import Any, Callable
 
-from trace_agents.envs.bfcl import CATEGORIES
+from trace_agents.envs.bfcl import SINGLE_TURN
 from trace_agents.synthesis import builtin_families, target_families
 from trace_agents.types import DataError, atomic_write_text, write_json
 
@@ -51,9 +51,8 @@ def families_for(target: str, source: str = "catalog", partial_credit: float = 0
         category = target.split("/", 1)[1] if target.startswith("bfcl/") else ""
         if not category or category.startswith("multi_turn"):
             raise DataError(f"source 'target' needs a single-turn bfcl/ target, not {target!r}; use source 'catalog'")
-        single_turn = [c for c in CATEGORIES if not c.startswith("multi_turn")]
-        if unknown := [c for c in extra if c not in single_turn]:
-            raise DataError(f"extra categories {unknown} are not single-turn BFCL categories; choose from {', '.join(single_turn)}")
+        if unknown := [c for c in extra if c not in SINGLE_TURN]:
+            raise DataError(f"extra categories {unknown} are not single-turn BFCL categories; choose from {', '.join(SINGLE_TURN)}")
         pinned = {"category": category, **({"partial_credit": partial_credit} if partial_credit else {}),
                   **({"fresh": True} if fresh else {}), **({"extra": tuple(extra)} if extra else {})}
         families.update({name: (cls, dict(pinned)) for name, cls in target_families().items()})

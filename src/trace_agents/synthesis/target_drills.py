@@ -37,7 +37,7 @@ from typing import ClassVar
 
 from trace_agents.agent.format import to_openai_tool
 from trace_agents.envs.base import Split
-from trace_agents.envs.bfcl import CATEGORIES, BfclEnv, load_category, split_of
+from trace_agents.envs.bfcl import SINGLE_TURN, BfclEnv, load_category, split_of
 from trace_agents.synthesis.families import checked_difficulty, family_seeds
 from trace_agents.synthesis.variants import contrast_words, fresh_values, name_words, siblings
 from trace_agents.types import Message
@@ -126,9 +126,8 @@ class _TargetDrill(BfclEnv):
                  fresh: bool = False, extra: tuple[str, ...] = ()):
         difficulty = checked_difficulty(difficulty)
         for c in (category, *extra):
-            if c.startswith("multi_turn") or c not in CATEGORIES:
-                raise ValueError(f"{c!r} is not a single-turn BFCL category; target drills take one of "
-                                 f"{', '.join(c for c in CATEGORIES if not c.startswith('multi_turn'))}")
+            if c not in SINGLE_TURN:
+                raise ValueError(f"{c!r} is not a single-turn BFCL category; target drills take one of {', '.join(SINGLE_TURN)}")
         super().__init__(category, partial_credit=partial_credit)
         self.checker_category = "multiple"  # the answer is looked up among the offered functions
         self.difficulty = difficulty
