@@ -209,12 +209,18 @@ def test_another_training_seed_reuses_the_stages_it_does_not_reach_and_a_recipe_
     assert [m.split("]")[0][1:] for m in logs if m.endswith("running")] == ["adapters", "grpo_baseline", "compose", "evaluation"]
 
     # the gate-GRPO step's rollouts go to a shared adapter instead: the same budget, so the same GRPO baseline
-    recipe = seeded.model_copy(update={"training": seeded.training.model_copy(update={"shared_steps": 1}),
+    # (the guard's greedy episodes are not training rollouts: they leave the baseline alone too)
+    recipe = seeded.model_copy(update={"training": seeded.training.model_copy(update={"shared_steps": 1, "guard_seeds": 2}),
                                        "compose": seeded.compose.model_copy(update={"gate_grpo_steps": 0})})
     logs.clear()
     summary = run_pipeline(recipe, log=logs.append)
     assert [m.split("]")[0][1:] for m in logs if m.endswith("running")] == ["adapters", "compose", "evaluation"]
     assert (seeded.run_dir / "04_adapters" / "_shared" / "adapter").is_dir()
+    for name in summary["capabilities"]:
+        guard = json.loads((seeded.run_dir / "04_adapters" / name / "guard.json").read_text())
+        assert guard["seeds"] == 2 and guard["kept"] in ("own", "init")
+        assert (seeded.run_dir / "04_adapters" / name / "adapter" / "adapter_config.json").exists()
+    assert sum("guard on 2 held-out seeds" in m for m in logs) == len(summary["capabilities"])
     assert summary["rollouts_per_system"] == 2 * len(summary["capabilities"]) + 2
 
 

@@ -93,6 +93,20 @@ class TrainingCfg(_Cfg):
     shared_steps: int = Field(0, ge=0, description="GRPO steps of one shared adapter on all capability environments "
                               "mixed (seed s -> env s mod n) that every capability adapter then starts from (0: each starts "
                               "from a fresh LoRA). Its rollouts count in TRACE's budget.")
+    guard_seeds: int = Field(0, ge=0, description="With shared_steps: after each capability adapter's own steps, score "
+                             "it and the shared adapter it started from greedily on this many held-out (test) seeds of "
+                             "its own environment and keep the better (training/guard.py; 0: off). A target drill's "
+                             "test seeds draw only the target's train tasks. These episodes train nothing and are not "
+                             "counted as training rollouts.")
+
+    _quiet_at_default = frozenset({"guard_seeds"})
+
+    @model_validator(mode="after")
+    def _guard_needs_a_shared_adapter(self) -> "TrainingCfg":
+        if self.guard_seeds and not self.shared_steps:
+            raise ValueError("guard_seeds compares each capability adapter with the shared adapter it started from: "
+                             "set shared_steps > 0, or guard_seeds: 0")
+        return self
 
 
 class ComposeCfg(_Cfg):
@@ -311,7 +325,7 @@ def run_pipeline(config: RunConfig, resume: bool = True, log: Callable[[str], No
     # Same total rollouts as TRACE spent over all its adapters (and gate GRPO), all on the target's train split.
     t = config.training
     baseline = t.model_copy(update={"steps": max(1, round(spent / (t.group_size * t.groups_per_step))),
-                                    "hint_fraction": 0.0, "shared_steps": 0})
+                                    "hint_fraction": 0.0, "shared_steps": 0, "guard_seeds": 0})
     baseline_dir = stages.run("grpo_baseline", _at(config.dtype, [config.model, baseline, config.target]),
                               lambda d: _train(make_target, model, d / "grpo", baseline, max_steps,
                                                lambda m: log(f"[grpo_baseline] {m}"), dtype=config.dtype), reads=("warmup",))
@@ -497,7 +511,8 @@ def train_adapters(envs: dict[str, Path], model: str, out: Path, t: TrainingCfg,
     Why: on bfcl/multiple the target drills' fixes overlap (docs/results.md, "Session of 2026-12-04"): two
     adapters trained apart and composed solved 38% of held-out tasks, one adapter on both drills with
     the same rollouts 51%. Starting every expert from the shared adapter keeps what they have in
-    common out of the split budget; the per-capability steps then specialise it."""
+    common out of the split budget; the per-capability steps then specialise it. With `t.guard_seeds`, a
+    capability adapter whose own steps made it worse on held-out seeds of its env is replaced by the shared one."""
     from trace_agents.envs.base import resolve_env
     from trace_agents.envs.mixture import MixtureEnv
 
@@ -512,6 +527,17 @@ def train_adapters(envs: dict[str, Path], model: str, out: Path, t: TrainingCfg,
         init = str(out / SHARED / "adapter")
     for name, make_env in makers.items():
         _train(make_env, model, out / name, t, 8, lambda m: log(f"[adapters] {name} {m}"), init_adapter=init, dtype=dtype)
+        if init and t.guard_seeds:
+            _guard(make_env, model, out / name, Path(init), t, log, dtype)
+
+
+def _guard(make_env, model: str, out: Path, init: Path, t: TrainingCfg, log: Callable[[str], None], dtype: str) -> None:
+    from trace_agents.training.guard import keep_better
+
+    g = keep_better(make_env, model, out, init, t.guard_seeds, max_steps=8,
+                    max_new_tokens=_grpo_config(t, 8).max_new_tokens, dtype=dtype)
+    log(f"[adapters] {out.name} guard on {g['seeds']} held-out seeds: own {g['mean_reward']['own']:.3f}, "
+        f"shared {g['mean_reward']['init']:.3f} -> kept {'its own steps' if g['kept'] == 'own' else 'the shared adapter'}")
 
 
 def _train(make_env, model: str, out: Path, t: TrainingCfg, max_steps: int, log: Callable[[str], None],

@@ -1,0 +1,55 @@
+"""Keep the better of a capability adapter and the adapter it started from (`training.guard_seeds`).
+
+Why: nothing in GRPO stops an adapter from training into a worse policy. On seed 3 of the 1,536-rollout
+table (README) the function_selection adapter's 16 own steps after the shared adapter took it from 32% to
+15% of the held-out test tasks (train reward 0 in 12 of the 16 steps) and the composed model fell to 23%.
+A few greedy episodes on held-out seeds of the adapter's own environment tell the two apart. A target
+drill's test seeds draw only the target's train tasks, so the target's test split is never looked at.
+"""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+from typing import Callable
+
+from trace_agents.envs.base import Env
+from trace_agents.types import write_json
+
+GUARD_FILE = "guard.json"
+
+
+def mean_reward(make_env: Callable[[], Env], model: str, adapter: Path, seeds: list[int], *, max_steps: int,
+                max_new_tokens: int, dtype: str = "float32") -> float:
+    """Mean reward of greedy episodes of `model` + `adapter` on `seeds`."""
+    from trace_agents.agent.policy import Sampling, make_policy
+    from trace_agents.agent.rollout import rollout
+
+    policy = make_policy(model, adapter=str(adapter), dtype=dtype)
+    trajs = rollout(make_env, policy, seeds, max_steps=max_steps, sampling=Sampling(max_new_tokens=max_new_tokens))
+    return sum(t.reward for t in trajs) / len(trajs)
+
+
+def keep_better(make_env: Callable[[], Env], model: str, out: Path, init: Path, n_seeds: int, *, max_steps: int,
+                max_new_tokens: int, dtype: str = "float32") -> dict:
+    """Score `out/adapter` and `init` on the first `n_seeds` test seeds of `make_env()`; when `init` scores
+    higher it becomes `out/adapter` (the trained one is kept as `out/adapter_own`). A tie keeps the trained
+    one. Writes and returns `out/guard.json`.
+
+    Safe to rerun after a crash: training resumed on a finished folder restores `out/adapter` from its
+    last checkpoint, and the guard decides again on the same greedy episodes."""
+    seeds = make_env().seeds("test")[:n_seeds]
+    if not seeds:
+        raise ValueError(f"{make_env().name} has no test seeds to guard an adapter with; set training.guard_seeds: 0")
+    adapter = out / "adapter"
+    score = {which: mean_reward(make_env, model, path, seeds, max_steps=max_steps, max_new_tokens=max_new_tokens,
+                                dtype=dtype) for which, path in (("own", adapter), ("init", init))}
+    kept = "init" if score["init"] > score["own"] else "own"
+    if kept == "init":
+        own = out / "adapter_own"
+        shutil.rmtree(own, ignore_errors=True)
+        adapter.rename(own)
+        shutil.copytree(init, adapter)
+    report = {"seeds": len(seeds), "split": "test", "mean_reward": score, "kept": kept, "init": str(init)}
+    write_json(out / GUARD_FILE, report)
+    return report
