@@ -191,6 +191,24 @@ def test_init_adapter_starts_from_its_weights_and_trains_on(tmp_path):
         GRPOConfig(init_adapter=str(tmp_path))
 
 
+def test_init_optimizer_carries_the_adam_moments_at_this_runs_lr(tmp_path):
+    cfg = GRPOConfig(steps=2, groups_per_step=2, group_size=4, max_new_tokens=6, max_steps=1, lr=5e-2, lora_r=4)
+    train(ShortEnv, "tiny-random", tmp_path / "first", cfg)
+    first = tmp_path / "first" / "checkpoints" / "step_00002"
+    carried = {**cfg.__dict__, "steps": 1, "lr": 1e-3, "init_adapter": str(tmp_path / "first" / "adapter")}
+    train(ShortEnv, "tiny-random", tmp_path / "carried", GRPOConfig(**{**carried, "init_optimizer": str(first)}))
+    train(ShortEnv, "tiny-random", tmp_path / "fresh", GRPOConfig(**carried))
+
+    def adam(run):
+        state = torch.load(tmp_path / run / "checkpoints" / "step_00001" / "state.pt", weights_only=False)["optimizer"]
+        return {int(s["step"]) for s in state["state"].values()}, {g["lr"] for g in state["param_groups"]}
+
+    assert adam("carried") == ({3}, {1e-3})  # two steps of the first run, one of its own
+    assert adam("fresh") == ({1}, {1e-3})
+    with pytest.raises(ValueError, match="init_optimizer"):
+        GRPOConfig(init_optimizer=str(first))
+
+
 def test_kill_9_then_resume_finishes_with_every_step_once(tmp_path):
     out = tmp_path / "run"
     cmd = [sys.executable, "-m", "trace_agents.cli", "train", "--env", TOY, "--model", "tiny-random", "--out", str(out),

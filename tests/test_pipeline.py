@@ -147,13 +147,17 @@ def test_shared_steps_train_one_adapter_on_all_envs_that_every_capability_adapte
     import trace_agents.training.grpo as grpo
     from trace_agents.pipeline import TrainingCfg, _rollouts_spent, train_adapters
 
-    seen = []
+    seen, moments = [], []
 
     def fake_train(make_env, model, out, config, **kw):
         env = make_env()
         seen.append((sorted(e.name for e in getattr(env, "envs", [env])), out.name, config.steps, config.init_adapter))
+        moments.append(config.init_optimizer)
         (out / "adapter").mkdir(parents=True)
         (out / "adapter" / "adapter_config.json").write_text("{}")
+        (out / "checkpoints" / f"step_{config.steps:05d}").mkdir(parents=True)
+        (out / "checkpoints" / f"step_{config.steps:05d}" / "train_state.json").write_text("{}")
+        (out / "checkpoints" / f"step_{config.steps:05d}" / "state.pt").write_text("")
 
     monkeypatch.setattr(grpo, "train", fake_train)
     envs = {"a": "bfcl/multiple", "b": "bfcl/simple_python"}
@@ -165,6 +169,10 @@ def test_shared_steps_train_one_adapter_on_all_envs_that_every_capability_adapte
     seen.clear()
     train_adapters(envs, "tiny-random", tmp_path / "fresh", t.model_copy(update={"shared_steps": 0}))
     assert [s[1:] for s in seen] == [("a", 2, None), ("b", 2, None)]
+    assert moments == [None] * 5
+    moments.clear()
+    train_adapters(envs, "tiny-random", tmp_path / "carry", t.model_copy(update={"carry_optimizer": True}))
+    assert moments == [None] + [str(tmp_path / "carry" / "_shared" / "checkpoints" / "step_00005")] * 2
     assert _rollouts_spent(t, t.shared_steps) == 10
 
 

@@ -99,13 +99,17 @@ class TrainingCfg(_Cfg):
                              "test seeds draw only the target's train tasks. These episodes train nothing and are not "
                              "counted as training rollouts.")
 
-    _quiet_at_default = frozenset({"guard_seeds"})
+    carry_optimizer: bool = Field(False, description="With shared_steps: each capability adapter's own steps start from "
+                                  "the shared run's AdamW moments instead of a fresh AdamW (training/grpo.py init_optimizer).")
+
+    _quiet_at_default = frozenset({"guard_seeds", "carry_optimizer"})
 
     @model_validator(mode="after")
     def _guard_needs_a_shared_adapter(self) -> "TrainingCfg":
-        if self.guard_seeds and not self.shared_steps:
-            raise ValueError("guard_seeds compares each capability adapter with the shared adapter it started from: "
-                             "set shared_steps > 0, or guard_seeds: 0")
+        for option, why in (("guard_seeds", "compares each capability adapter with the shared adapter it started from"),
+                            ("carry_optimizer", "starts each capability adapter from the shared run's optimizer")):
+            if getattr(self, option) and not self.shared_steps:
+                raise ValueError(f"{option} {why}: set shared_steps > 0, or {option}: {'0' if option == 'guard_seeds' else 'false'}")
         return self
 
 
@@ -325,7 +329,8 @@ def run_pipeline(config: RunConfig, resume: bool = True, log: Callable[[str], No
     # Same total rollouts as TRACE spent over all its adapters (and gate GRPO), all on the target's train split.
     t = config.training
     baseline = t.model_copy(update={"steps": max(1, round(spent / (t.group_size * t.groups_per_step))),
-                                    "hint_fraction": 0.0, "shared_steps": 0, "guard_seeds": 0})
+                                    "hint_fraction": 0.0, "shared_steps": 0, "guard_seeds": 0,
+                                    "carry_optimizer": False})
     baseline_dir = stages.run("grpo_baseline", _at(config.dtype, [config.model, baseline, config.target]),
                               lambda d: _train(make_target, model, d / "grpo", baseline, max_steps,
                                                lambda m: log(f"[grpo_baseline] {m}"), dtype=config.dtype), reads=("warmup",))
@@ -515,6 +520,7 @@ def train_adapters(envs: dict[str, Path], model: str, out: Path, t: TrainingCfg,
     capability adapter whose own steps made it worse on held-out seeds of its env is replaced by the shared one."""
     from trace_agents.envs.base import resolve_env
     from trace_agents.envs.mixture import MixtureEnv
+    from trace_agents.training.grpo import latest_checkpoint
 
     # the env factories themselves, not an `A+B` string: a run folder's path may hold a "+"
     makers = {name: resolve_env(str(module)) for name, module in envs.items()}
@@ -525,8 +531,12 @@ def train_adapters(envs: dict[str, Path], model: str, out: Path, t: TrainingCfg,
         _train(mixed, model, out / SHARED, t.model_copy(update={"steps": t.shared_steps}), 8,
                lambda m: log(f"[adapters] shared {m}"), dtype=dtype)
         init = str(out / SHARED / "adapter")
+    moments = latest_checkpoint(out / SHARED / "checkpoints") if t.carry_optimizer else None
+    if t.carry_optimizer and moments is None:
+        raise DataError(f"{out / SHARED} has no finished checkpoint to carry the optimizer from; delete it and resume")
     for name, make_env in makers.items():
-        _train(make_env, model, out / name, t, 8, lambda m: log(f"[adapters] {name} {m}"), init_adapter=init, dtype=dtype)
+        _train(make_env, model, out / name, t, 8, lambda m: log(f"[adapters] {name} {m}"), init_adapter=init, dtype=dtype,
+               init_optimizer=moments and str(moments))
         if init and t.guard_seeds:
             _guard(make_env, model, out / name, Path(init), t, log, dtype)
 
@@ -541,10 +551,10 @@ def _guard(make_env, model: str, out: Path, init: Path, t: TrainingCfg, log: Cal
 
 
 def _train(make_env, model: str, out: Path, t: TrainingCfg, max_steps: int, log: Callable[[str], None],
-           init_adapter: str | None = None, dtype: str = "float32") -> None:
+           init_adapter: str | None = None, dtype: str = "float32", init_optimizer: str | None = None) -> None:
     from trace_agents.training.grpo import train
 
-    config = _grpo_config(t, max_steps, init_adapter=init_adapter, dtype=dtype)
+    config = _grpo_config(t, max_steps, init_adapter=init_adapter, init_optimizer=init_optimizer, dtype=dtype)
     line = _step_line(config.steps)
     train(make_env, model, out, config, on_step=lambda m: log(line(m)))
 

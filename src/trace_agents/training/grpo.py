@@ -55,6 +55,10 @@ class GRPOConfig:
     init_adapter: str | None = None
     """A PEFT adapter folder to start from (train on from an earlier run, e.g. with another reward);
     its own rank, alpha and target modules replace the lora_* fields. None: a fresh LoRA."""
+    init_optimizer: str | None = None
+    """With init_adapter: a checkpoint folder of the run that trained it (`checkpoints/step_N`) whose AdamW
+    moments this run starts from (at this run's lr). Why: a fresh AdamW's first steps move every weight by
+    about lr whatever the gradient's size, so a few noisy groups can undo what the init adapter learned."""
     temperature: float = 1.0
     """Sampling temperature of the rollouts (paper: 1.0); GRPO needs sampling, so > 0."""
     max_new_tokens: int = 192
@@ -106,6 +110,9 @@ class GRPOConfig:
         if bad:
             raise ValueError(f"invalid GRPO config field(s) {', '.join(bad)} (group_size >= 2, fractions in [0, 1], counts >= 1, lr and temperature > 0, "
                              "scale_rewards group|none, reward verifier|trace-efficiency, dtype float32|bfloat16|float16)")
+        if self.init_optimizer and not (self.init_adapter and (Path(self.init_optimizer) / "state.pt").exists()):
+            raise ValueError(f"init_optimizer {self.init_optimizer!r} needs init_adapter and a checkpoint folder with "
+                             "state.pt (checkpoints/step_N of the run that trained init_adapter)")
         if self.init_adapter and not (Path(self.init_adapter) / "adapter_config.json").exists():
             raise ValueError(f"init_adapter {self.init_adapter!r} is not a PEFT adapter folder (no adapter_config.json); "
                              "pass the adapter/ folder of a finished `trace-agents train` run")
@@ -347,6 +354,13 @@ def load_checkpoint(path: Path, trainee: Trainee, optimizer, rng: random.Random,
     return int(meta["step"])
 
 
+def _carry_optimizer(optimizer, checkpoint: Path, lr: float) -> None:
+    """AdamW moments of an earlier run over the same LoRA weights; the learning rate stays this run's."""
+    optimizer.load_state_dict(torch.load(checkpoint / "state.pt", weights_only=False)["optimizer"])
+    for group in optimizer.param_groups:
+        group["lr"] = lr
+
+
 def _rng_to_json(rng: random.Random) -> list:
     version, state, gauss = rng.getstate()
     return [version, list(state), gauss]
@@ -422,6 +436,8 @@ def run_grpo(make_env: Callable[[], Env], trainee: Trainee, out: str | Path, con
     ckpt = latest_checkpoint(out / "checkpoints") if resume else None
     if ckpt:
         step = load_checkpoint(ckpt, trainee, optimizer, rng, efficiency)
+    elif config.init_optimizer:
+        _carry_optimizer(optimizer, Path(config.init_optimizer), config.lr)
     metrics_path = out / "metrics.jsonl"
     _truncate_metrics(metrics_path, step)
     write_json(out / "config.json", {"model": model_name, "env": make_env().name, **asdict(config)})
