@@ -98,18 +98,17 @@ class TrainingCfg(_Cfg):
                              "its own environment and keep the better (training/guard.py; 0: off). A target drill's "
                              "test seeds draw only the target's train tasks. These episodes train nothing and are not "
                              "counted as training rollouts.")
-
     carry_optimizer: bool = Field(False, description="With shared_steps: each capability adapter's own steps start from "
                                   "the shared run's AdamW moments instead of a fresh AdamW (training/grpo.py init_optimizer).")
 
     _quiet_at_default = frozenset({"guard_seeds", "carry_optimizer"})
 
     @model_validator(mode="after")
-    def _guard_needs_a_shared_adapter(self) -> "TrainingCfg":
-        for option, why in (("guard_seeds", "compares each capability adapter with the shared adapter it started from"),
-                            ("carry_optimizer", "starts each capability adapter from the shared run's optimizer")):
+    def _own_step_options_need_a_shared_adapter(self) -> "TrainingCfg":
+        for option, off, why in (("guard_seeds", "0", "compares each capability adapter with the shared adapter it started from"),
+                                 ("carry_optimizer", "false", "starts each capability adapter from the shared run's optimizer")):
             if getattr(self, option) and not self.shared_steps:
-                raise ValueError(f"{option} {why}: set shared_steps > 0, or {option}: {'0' if option == 'guard_seeds' else 'false'}")
+                raise ValueError(f"{option} {why}: set shared_steps > 0, or {option}: {off}")
         return self
 
 
