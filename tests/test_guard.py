@@ -52,11 +52,14 @@ def test_an_adapter_as_good_as_the_shared_one_keeps_its_own_steps(tmp_path, scor
     assert not (out / "adapter_own").exists()
 
 
-def test_guard_seeds_need_a_shared_adapter():
+def test_the_own_step_options_need_a_shared_adapter():
     from pydantic import ValidationError
 
     from trace_agents.pipeline import TrainingCfg
 
     with pytest.raises(ValidationError, match="set shared_steps > 0, or guard_seeds: 0"):
         TrainingCfg(guard_seeds=8)
+    with pytest.raises(ValidationError, match="set shared_steps > 0, or carry_optimizer: false"):
+        TrainingCfg(carry_optimizer=True)
     assert "guard_seeds" not in str(TrainingCfg(shared_steps=4))  # old run folders keep their fingerprints
+    assert "carry_optimizer" not in str(TrainingCfg(shared_steps=4))
