@@ -31,13 +31,13 @@ def scored(monkeypatch):
 def test_the_shared_adapter_replaces_an_adapter_its_own_steps_made_worse(tmp_path, scored):
     from trace_agents.training.guard import keep_better
 
-    init, out = _adapter(tmp_path / "shared", 0.5), tmp_path / "cap"
+    init, out = _adapter(tmp_path / "_shared" / "adapter", 0.5), tmp_path / "cap"
     _adapter(out / "adapter", 0.2)
     g = keep_better(ShortEnv, "tiny-random", out, init, 4, max_steps=1, max_new_tokens=8)
     assert g["kept"] == "init" and g["mean_reward"] == {"own": 0.2, "init": 0.5}
     assert json.loads((out / "adapter" / "adapter_config.json").read_text())["score"] == 0.5
     assert json.loads((out / "adapter_own" / "adapter_config.json").read_text())["score"] == 0.2
-    assert json.loads((out / "guard.json").read_text()) == g
+    assert json.loads((out / "guard.json").read_text()) == g and g["init"] == "_shared"
     assert scored == [ShortEnv().seeds("test")[:4]] * 2  # held-out seeds, never the train ones
 
 
@@ -45,7 +45,7 @@ def test_the_shared_adapter_replaces_an_adapter_its_own_steps_made_worse(tmp_pat
 def test_an_adapter_as_good_as_the_shared_one_keeps_its_own_steps(tmp_path, scored, own):
     from trace_agents.training.guard import keep_better
 
-    init, out = _adapter(tmp_path / "shared", 0.5), tmp_path / "cap"
+    init, out = _adapter(tmp_path / "_shared" / "adapter", 0.5), tmp_path / "cap"
     _adapter(out / "adapter", own)
     assert keep_better(ShortEnv, "tiny-random", out, init, 4, max_steps=1, max_new_tokens=8)["kept"] == "own"
     assert json.loads((out / "adapter" / "adapter_config.json").read_text())["score"] == own

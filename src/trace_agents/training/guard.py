@@ -50,6 +50,7 @@ def keep_better(make_env: Callable[[], Env], model: str, out: Path, init: Path, 
         shutil.rmtree(own, ignore_errors=True)
         adapter.rename(own)
         shutil.copytree(init, adapter)
-    report = {"seeds": len(seeds), "split": "test", "mean_reward": score, "kept": kept, "init": str(init)}
+    # the init adapter by its run folder's name (`_shared`): a stage folder is renamed when it finishes
+    report = {"seeds": len(seeds), "split": "test", "mean_reward": score, "kept": kept, "init": init.parent.name}
     write_json(out / GUARD_FILE, report)
     return report
