@@ -99,7 +99,8 @@ class TrainingCfg(_Cfg):
                              "test seeds draw only the target's train tasks. These episodes train nothing and are not "
                              "counted as training rollouts.")
     carry_optimizer: bool = Field(False, description="With shared_steps: each capability adapter's own steps start from "
-                                  "the shared run's AdamW moments instead of a fresh AdamW (training/grpo.py init_optimizer).")
+                                  "the shared run's AdamW moments instead of a fresh AdamW (training/grpo.py init_optimizer; measured "
+                                  "once, no better: README, session 20).")
 
     _quiet_at_default = frozenset({"guard_seeds", "carry_optimizer"})
 
