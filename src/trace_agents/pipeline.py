@@ -506,6 +506,7 @@ def _step_line(steps: int) -> Callable[[dict], str]:
 
 
 SHARED = "_shared"  # the shared adapter's folder in the adapters stage (training.shared_steps)
+ENV_TURNS = 8  # assistant turns per episode at most in a capability env, in training and in the guard
 
 
 def train_adapters(envs: dict[str, Path], model: str, out: Path, t: TrainingCfg, log: Callable[[str], None] = print,
@@ -528,14 +529,14 @@ def train_adapters(envs: dict[str, Path], model: str, out: Path, t: TrainingCfg,
     if t.shared_steps:
         parts = list(makers.values())
         mixed = parts[0] if len(parts) == 1 else (lambda: MixtureEnv(parts))
-        _train(mixed, model, out / SHARED, t.model_copy(update={"steps": t.shared_steps}), 8,
+        _train(mixed, model, out / SHARED, t.model_copy(update={"steps": t.shared_steps}), ENV_TURNS,
                lambda m: log(f"[adapters] shared {m}"), dtype=dtype)
         init = str(out / SHARED / "adapter")
     moments = latest_checkpoint(out / SHARED / "checkpoints") if t.carry_optimizer else None
     if t.carry_optimizer and moments is None:
         raise DataError(f"{out / SHARED} has no finished checkpoint to carry the optimizer from; delete it and resume")
     for name, make_env in makers.items():
-        _train(make_env, model, out / name, t, 8, lambda m: log(f"[adapters] {name} {m}"), init_adapter=init, dtype=dtype,
+        _train(make_env, model, out / name, t, ENV_TURNS, lambda m: log(f"[adapters] {name} {m}"), init_adapter=init, dtype=dtype,
                init_optimizer=moments and str(moments))
         if init and t.guard_seeds:
             _guard(make_env, model, out / name, Path(init), t, log, dtype)
@@ -544,8 +545,8 @@ def train_adapters(envs: dict[str, Path], model: str, out: Path, t: TrainingCfg,
 def _guard(make_env, model: str, out: Path, init: Path, t: TrainingCfg, log: Callable[[str], None], dtype: str) -> None:
     from trace_agents.training.guard import keep_better
 
-    g = keep_better(make_env, model, out, init, t.guard_seeds, max_steps=8,
-                    max_new_tokens=_grpo_config(t, 8).max_new_tokens, dtype=dtype)
+    g = keep_better(make_env, model, out, init, t.guard_seeds, max_steps=ENV_TURNS,
+                    max_new_tokens=_grpo_config(t, ENV_TURNS).max_new_tokens, dtype=dtype)
     log(f"[adapters] {out.name} guard on {g['seeds']} held-out seeds: own {g['mean_reward']['own']:.3f}, "
         f"shared {g['mean_reward']['init']:.3f} -> kept {'its own steps' if g['kept'] == 'own' else 'the shared adapter'}")
 
