@@ -1,4 +1,5 @@
 import json
+from pathlib import Path
 
 import pytest
 
@@ -130,6 +131,28 @@ def test_demo_budgets_are_valid_configs(tmp_path):
         budget_config("tpu", tmp_path)
 
 
+def _contained(part: dict, whole: dict, where: str = "") -> list[str]:
+    """Where `part` (a nested config) differs from `whole`; keys only in `whole` are ignored."""
+    diffs = []
+    for key, value in part.items():
+        here = f"{where}.{key}".lstrip(".")
+        if isinstance(value, dict) and isinstance(whole.get(key), dict):
+            diffs += _contained(value, whole[key], here)
+        elif whole.get(key, "<missing>") != value:
+            diffs.append(f"{here}: record {value!r}, preset {whole.get(key, '<missing>')!r}")
+    return diffs
+
+
+def test_table_budget_is_the_recipe_of_the_committed_records(tmp_path):
+    """`paper_table.py --budget table --seeds 2 3 4` must rerun what the README reports."""
+    from trace_agents.pipeline import budget_config
+
+    record = json.loads((Path(__file__).parents[1] / "benchmarks/results/wide_s4g.json").read_text())["config"]
+    preset = budget_config("table", Path(record["run_dir"])).model_dump(mode="json")
+    preset["training"]["seed"] = record["training"]["seed"]
+    assert _contained(record, preset) == []
+
+
 def test_training_lr_and_tokens_reach_grpo_only_when_set(tmp_path, monkeypatch):
     import trace_agents.training.grpo as grpo
     from trace_agents.pipeline import TrainingCfg, _train
@@ -215,6 +238,10 @@ def test_another_training_seed_reuses_the_stages_it_does_not_reach_and_a_recipe_
     run_pipeline(seeded, log=logs.append)
     assert [m.split("]")[0][1:] for m in logs if m.endswith("skipped")] == ["base_rollouts", "analysis", "synthesis"]
     assert [m.split("]")[0][1:] for m in logs if m.endswith("running")] == ["adapters", "grpo_baseline", "compose", "evaluation"]
+    # a third seed may start from the second's stages (paper_table.py --seeds when the config's own seed is not run)
+    third = seed_run(config, 2, source=seeded.run_dir)
+    assert third.run_dir == tmp_path / "run_s2"
+    assert (third.run_dir / "04_adapters" / "stage.json").read_text() == (seeded.run_dir / "04_adapters" / "stage.json").read_text()
 
     # the gate-GRPO step's rollouts go to a shared adapter instead: the same budget, so the same GRPO baseline
     # (the guard's greedy episodes are not training rollouts: they leave the baseline alone too)

@@ -163,19 +163,21 @@ BUDGETS: dict[str, dict[str, Any]] = {
         "compose": {"gate_steps": 100, "gate_trajectories": 16},
         "evaluation": {"limit": 40, "max_new_tokens": 128, "single_adapters": False},
     },
-    # The paper-table run on this CPU (100 minutes with another run beside it, plus the warm-up; resumable stage by
-    # stage), all 100 held-out bfcl/multiple tasks. Drills on the target's own train tasks pinned at
-    # difficulty 0 (0.25 left training success below 50%), lr 5e-4, and a shared adapter on all the
-    # capability envs first, then 4 own steps per capability (README, session 12: composed 46% against
-    # 35% for these settings with 2 capabilities, which left function_selection out). No gate GRPO.
+    # The paper-table recipe as measured on this CPU (README "Measured results"; records
+    # benchmarks/results/wide_s*g.json hold this config with training seeds 2-5): all 100 held-out
+    # bfcl/multiple tasks, the 2 capabilities of highest coverage, drills on the target's train tasks plus
+    # borrowed simple_python ones at difficulty 0, a shared adapter on all capability envs (64 steps), then
+    # 16 own steps per capability kept only where they beat the shared adapter on 64 drill seeds (the guard).
+    # About 2 hours a seed from copied early stages, 3 with the warm-up; resumable stage by stage.
     "table": {
-        "model": "smollm2-135m", "target": "bfcl/multiple", "warmup": {"steps": 30},
-        "analysis": {"rollout_limit": 200, "max_capabilities": 3},
-        "synthesis": {"calibrate": False, "difficulty": 0.0, "source": "target"},
-        "training": {"steps": 4, "shared_steps": 16, "group_size": 8, "groups_per_step": 2, "hint_fraction": 0.25,
-                     "lr": 5e-4, "max_new_tokens": 80},
+        "model": "smollm2-135m", "target": "bfcl/multiple", "dtype": "bfloat16", "warmup": {"steps": 30},
+        "analysis": {"rollout_limit": 200, "max_capabilities": 2, "rank": "coverage"},
+        "synthesis": {"calibrate": False, "difficulty": 0.0, "source": "target", "fresh": True,
+                      "extra_categories": ["simple_python"]},
+        "training": {"steps": 16, "shared_steps": 64, "group_size": 8, "groups_per_step": 2, "hint_fraction": 0.25,
+                     "lr": 5e-4, "max_new_tokens": 80, "guard_seeds": 64},
         "compose": {"gate_steps": 150, "gate_trajectories": 64},
-        "evaluation": {"max_new_tokens": 192, "batch_size": 32},
+        "evaluation": {"max_new_tokens": 192, "batch_size": 32, "single_adapters": False},
     },
     "gpu": {
         "model": "smollm2-135m", "target": "bfcl/multiple", "dtype": "bfloat16", "warmup": {"steps": 60},
@@ -422,16 +424,17 @@ def _file(system: str) -> str:
 
 
 # ---- several training seeds ----------------------------------------------------------------------
-def seed_run(config: RunConfig, seed: int) -> RunConfig:
+def seed_run(config: RunConfig, seed: int, source: Path | None = None) -> RunConfig:
     """The run with training seed `seed`. The config's own seed keeps its run folder; another seed goes
-    beside it (`<run_dir>_s<seed>`), which starts as a copy of the config's finished stages: the
-    fingerprints then keep the ones the seed does not reach (warm-up, base rollouts, analysis,
-    synthesis) and rerun the rest."""
+    beside it (`<run_dir>_s<seed>`), which starts as a copy of the finished stages of `source` (default:
+    the config's run folder): the fingerprints then keep the ones the seed does not reach (warm-up, base
+    rollouts, analysis, synthesis) and rerun the rest."""
     if seed == config.training.seed:
         return config
     run_dir = config.run_dir.with_name(f"{config.run_dir.name}_s{seed}")
-    if not run_dir.exists() and config.run_dir.is_dir():
-        for stage in sorted(config.run_dir.glob("[0-9][0-9]_*")):
+    source = source or config.run_dir
+    if not run_dir.exists() and source.is_dir():
+        for stage in sorted(source.glob("[0-9][0-9]_*")):
             if stage.suffix != ".tmp" and (stage / "stage.json").exists():  # finished stages only
                 shutil.copytree(stage, run_dir / stage.name)
     return config.model_copy(update={"run_dir": run_dir, "training": config.training.model_copy(update={"seed": seed})})
