@@ -7,7 +7,7 @@ from trace_agents.pipeline import load_config, run_pipeline
 from trace_agents.types import DataError
 
 
-def _config(tmp_path, warmup_steps=None, dtype=None, **training):
+def _config(tmp_path, warmup_steps=None, dtype=None, parallel=False, **training):
     cfg = {"run_dir": str(tmp_path / "run"), "model": "tiny-random", "target": "bfcl/multiple",
            "analysis": {"runs": 2, "rollout_limit": 4}, "synthesis": {"calibrate": False},
            "training": {"steps": 1, "group_size": 2, "groups_per_step": 1, **training},
@@ -17,6 +17,8 @@ def _config(tmp_path, warmup_steps=None, dtype=None, **training):
         cfg["warmup"] = {"steps": warmup_steps}
     if dtype:
         cfg["dtype"] = dtype
+    if parallel:
+        cfg["parallel"] = True
     path = tmp_path / "run.json"
     path.write_text(json.dumps(cfg))
     return load_config(path)
@@ -65,6 +67,36 @@ def test_stages_run_then_resume_skips_and_a_change_reruns_downstream(first_run):
     run_pipeline(_config(tmp_path, steps=2), log=logs.append)
     assert [m.split("]")[0][1:] for m in logs if m.endswith("running")] == ["adapters", "grpo_baseline", "compose", "evaluation"]
     assert (tmp_path / "run" / "01_base_rollouts").stat().st_mtime == stamps["01_base_rollouts"]
+
+
+def test_adapters_in_a_background_process_make_the_same_run(first_run, tmp_path, capfd):
+    logs = []
+    run_pipeline(_config(tmp_path, parallel=True), log=logs.append)
+    # the adapters' step lines came from the child's stderr, the baseline's through this process's log
+    assert "[adapters] " in capfd.readouterr().err and not any(m.startswith("[adapters] ") and " step " in m for m in logs)
+    assert any(m.startswith("[grpo_baseline] step") for m in logs)
+    assert [m.split("]")[0][1:] for m in logs if m.endswith("running")] == [
+        "base_rollouts", "analysis", "synthesis", "adapters", "grpo_baseline", "compose", "evaluation"]
+    assert _files(tmp_path / "run") == first_run[3]  # the artifacts of an uninterrupted sequential run
+    for parallel in (True, False):  # a finished background stage is skipped; its fingerprint is the sequential one
+        logs.clear()
+        run_pipeline(_config(tmp_path, parallel=parallel), log=logs.append)
+        assert len(logs) == 7 and all(m.endswith("skipped") for m in logs)
+
+
+def test_a_failed_background_stage_is_reported_and_left_to_resume(tmp_path, monkeypatch):
+    from trace_agents.pipeline import Stages
+
+    stages = Stages(tmp_path, resume=True, log=lambda m: None)
+    folder, wait = stages.start("adapters", {"x": 1}, _fails_in_a_child, {}, background=True)
+    with pytest.raises(DataError, match="background process failed"):
+        wait()
+    assert not folder.exists() and (tmp_path / "01_adapters.tmp" / ".fingerprint").exists()
+
+
+def _fails_in_a_child(out, log):
+    log("about to fail")
+    raise SystemExit(3)
 
 
 def test_a_bfloat16_run_reruns_every_model_stage_and_evaluates_in_bfloat16(first_run, tmp_path):

@@ -149,6 +149,9 @@ class RunConfig(_Cfg):
     training: TrainingCfg = TrainingCfg()
     compose: ComposeCfg = ComposeCfg()
     evaluation: EvaluationCfg = EvaluationCfg()
+    parallel: bool = Field(False, description="Train the capability adapters in a second process while the GRPO "
+                           "baseline trains (half the CPU threads each; on a GPU both share it): the same stages, seeds and budgets "
+                           "in less wall time (on CPU the thread split may move floating-point sums in the last digits).")
 
 
 # `trace-agents demo --budget NAME`: the whole pipeline on the embedded model. "cpu" is sized to finish
@@ -177,7 +180,7 @@ BUDGETS: dict[str, dict[str, Any]] = {
         "training": {"steps": 16, "shared_steps": 64, "group_size": 8, "groups_per_step": 2, "hint_fraction": 0.25,
                      "lr": 5e-4, "max_new_tokens": 80, "guard_seeds": 64},
         "compose": {"gate_steps": 150, "gate_trajectories": 64},
-        "evaluation": {"max_new_tokens": 192, "batch_size": 32, "single_adapters": False},
+        "evaluation": {"max_new_tokens": 192, "batch_size": 32, "single_adapters": False}, "parallel": True,
     },
     "gpu": {
         "model": "smollm2-135m", "target": "bfcl/multiple", "dtype": "bfloat16", "warmup": {"steps": 60},
@@ -247,31 +250,93 @@ class Stages:
 
     def run(self, name: str, config: Any, body: Callable[[Path], Any], reads: tuple[str, ...] | None = None) -> Path:
         """`reads`: the earlier stages whose output the body uses (None: all of them)."""
+        folder, tmp = self._begin(name, config, reads)
+        if tmp is not None:
+            started = time.time()
+            body(tmp)
+            self._end(folder, tmp, started)
+        return folder
+
+    def start(self, name: str, config: Any, fn: Callable[..., Any], kwargs: dict[str, Any], background: bool,
+              reads: tuple[str, ...] | None = None) -> tuple[Path, Callable[[], None]]:
+        """`run` with the body `fn(out=..., log=..., **kwargs)`; with `background` it runs in a spawned process
+        while the caller goes on to the next stages (which must not read this one's files), using half the
+        CPU threads. Returns the stage folder and `wait()`, which joins the process and finishes the stage."""
+        if not background:
+            return self.run(name, config, lambda d: fn(out=d, log=self.log, **kwargs), reads), lambda: None
+        folder, tmp = self._begin(name, config, reads)
+        if tmp is None:
+            return folder, lambda: None
+        import multiprocessing
+
+        import torch
+
+        threads = torch.get_num_threads()
+        mine = max(1, threads // 2)
+        # daemon: the child dies with this process on an error or Ctrl-C (and, on Linux, on a kill: see
+        # _background_stage), so a resumed run never trains into the same folder twice
+        child = multiprocessing.get_context("spawn").Process(
+            target=_background_stage, args=(fn, tmp, kwargs, max(1, threads - mine)), name=f"trace-{name}", daemon=True)
+        started = time.time()
+        child.start()
+        torch.set_num_threads(mine)
+
+        def wait() -> None:
+            child.join()
+            torch.set_num_threads(threads)
+            if child.exitcode != 0:
+                raise DataError(f"[{name}] its background process failed (exit code {child.exitcode}; its log is above). "
+                                f"Run again to resume it from its checkpoints, or without parallel to debug it.")
+            self._end(folder, tmp, started)
+
+        return folder, wait
+
+    def _begin(self, name: str, config: Any, reads: tuple[str, ...] | None) -> tuple[Path, Path | None]:
+        """The stage folder, and its temporary folder when the stage has to run (None: up to date)."""
         self.index += 1
         folder = self.run_dir / f"{self.index:02d}_{name}"
         fp = _fingerprint(name, config, [p for n, p in self.prints.items() if reads is None or n in reads])
+        self.prints[name] = fp
         meta = folder / "stage.json"
         if self.resume and meta.exists() and json.loads(meta.read_text()).get("fingerprint") == fp:
             self.log(f"[{name}] up to date, skipped")
-        else:
-            tmp = folder.with_name(folder.name + ".tmp")
-            mark = tmp / ".fingerprint"
-            # An interrupted stage keeps its partial work (training checkpoints, finished evaluations)
-            # when resumed with the same inputs; anything else starts clean.
-            if not (self.resume and mark.exists() and mark.read_text() == fp):
-                shutil.rmtree(tmp, ignore_errors=True)
-                tmp.mkdir(parents=True)
-                mark.write_text(fp)
-            started = time.time()
-            self.log(f"[{name}] running")
-            body(tmp)
-            _release_memory()
-            mark.unlink()
-            write_json(tmp / "stage.json", {"fingerprint": fp, "seconds": round(time.time() - started, 1)})
-            shutil.rmtree(folder, ignore_errors=True)
-            tmp.rename(folder)
-        self.prints[name] = fp
-        return folder
+            return folder, None
+        tmp = folder.with_name(folder.name + ".tmp")
+        mark = tmp / ".fingerprint"
+        # An interrupted stage keeps its partial work (training checkpoints, finished evaluations)
+        # when resumed with the same inputs; anything else starts clean.
+        if not (self.resume and mark.exists() and mark.read_text() == fp):
+            shutil.rmtree(tmp, ignore_errors=True)
+            tmp.mkdir(parents=True)
+            mark.write_text(fp)
+        self.log(f"[{name}] running")
+        return folder, tmp
+
+    def _end(self, folder: Path, tmp: Path, started: float) -> None:
+        _release_memory()
+        mark = tmp / ".fingerprint"
+        fp = mark.read_text()
+        mark.unlink()
+        write_json(tmp / "stage.json", {"fingerprint": fp, "seconds": round(time.time() - started, 1)})
+        shutil.rmtree(folder, ignore_errors=True)
+        tmp.rename(folder)
+
+
+def _background_stage(fn: Callable[..., Any], out: Path, kwargs: dict[str, Any], threads: int) -> None:
+    """A stage body in a spawned process (Stages.start): its log lines go to stderr as they come."""
+    import sys
+
+    import torch
+
+    try:  # Linux: die with the parent even when it is killed, not only when it exits
+        import ctypes
+        import signal
+
+        ctypes.CDLL("libc.so.6").prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
+    torch.set_num_threads(threads)
+    fn(out=out, log=lambda m: print(m, file=sys.stderr, flush=True), **kwargs)
 
 
 # ---- the pipeline --------------------------------------------------------------------------------
@@ -323,8 +388,10 @@ def run_pipeline(config: RunConfig, resume: bool = True, log: Callable[[str], No
     synthesis_dir = stages.run("synthesis", config.synthesis, synthesis)
     envs = _valid_envs(synthesis_dir, analysis_dir, config.analysis)
 
-    adapters_dir = stages.run("adapters", _at(config.dtype, [config.training, sorted(envs)]),
-                              lambda d: train_adapters(envs, model, d, config.training, log, config.dtype))
+    # with config.parallel the adapters train in a second process while this one trains the GRPO baseline
+    adapters_dir, adapters_done = stages.start("adapters", _at(config.dtype, [config.training, sorted(envs)]), train_adapters,
+                                               {"envs": envs, "model": model, "t": config.training, "dtype": config.dtype},
+                                               background=config.parallel)
     adapters_spent = _rollouts_spent(config.training) * len(envs) + _rollouts_spent(config.training, config.training.shared_steps)
     spent = adapters_spent + _rollouts_spent(config.training, config.compose.gate_grpo_steps)
 
@@ -336,6 +403,7 @@ def run_pipeline(config: RunConfig, resume: bool = True, log: Callable[[str], No
     baseline_dir = stages.run("grpo_baseline", _at(config.dtype, [config.model, baseline, config.target]),
                               lambda d: _train(make_target, model, d / "grpo", baseline, max_steps,
                                                lambda m: log(f"[grpo_baseline] {m}"), dtype=config.dtype), reads=("warmup",))
+    adapters_done()
     adapter_dirs = {n: adapters_dir / n / "adapter" for n in envs}
 
     def composition(d: Path) -> None:
