@@ -13,6 +13,7 @@ import hashlib
 import json
 import shutil
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, ClassVar, Literal
 
@@ -254,42 +255,31 @@ class Stages:
         if tmp is not None:
             started = time.time()
             body(tmp)
-            self._end(folder, tmp, started)
+            self._end(folder, tmp, time.time() - started)
         return folder
 
     def start(self, name: str, config: Any, fn: Callable[..., Any], kwargs: dict[str, Any], background: bool,
-              reads: tuple[str, ...] | None = None) -> tuple[Path, Callable[[], None]]:
+              reads: tuple[str, ...] | None = None) -> tuple[Path, Pending]:
         """`run` with the body `fn(out=..., log=..., **kwargs)`; with `background` it runs in a spawned process
-        while the caller goes on to the next stages (which must not read this one's files), using half the
-        CPU threads. Returns the stage folder and `wait()`, which joins the process and finishes the stage."""
+        (trace_agents.background) while the caller goes on to stages that do not read this one. The caller
+        must then `wait()` (finishes the stage) or, when it fails itself, `cancel()`."""
         if not background:
-            return self.run(name, config, lambda d: fn(out=d, log=self.log, **kwargs), reads), lambda: None
+            return self.run(name, config, lambda d: fn(out=d, log=self.log, **kwargs), reads), Pending()
         folder, tmp = self._begin(name, config, reads)
         if tmp is None:
-            return folder, lambda: None
-        import multiprocessing
+            return folder, Pending()
+        from trace_agents.background import Background
 
-        import torch
-
-        threads = torch.get_num_threads()
-        mine = max(1, threads // 2)
-        # daemon: the child dies with this process on an error or Ctrl-C (and, on Linux, on a kill: see
-        # _background_stage), so a resumed run never trains into the same folder twice
-        child = multiprocessing.get_context("spawn").Process(
-            target=_background_stage, args=(fn, tmp, kwargs, max(1, threads - mine)), name=f"trace-{name}", daemon=True)
-        started = time.time()
-        child.start()
-        torch.set_num_threads(mine)
+        child = Background(name, fn, tmp, kwargs, self.log)
 
         def wait() -> None:
-            child.join()
-            torch.set_num_threads(threads)
-            if child.exitcode != 0:
-                raise DataError(f"[{name}] its background process failed (exit code {child.exitcode}; its log is above). "
+            code = child.wait()
+            if code != 0:
+                raise DataError(f"[{name}] its background process failed (exit code {code}; its log is above). "
                                 f"Run again to resume it from its checkpoints, or without parallel to debug it.")
-            self._end(folder, tmp, started)
+            self._end(folder, tmp, child.seconds or 0.0)
 
-        return folder, wait
+        return folder, Pending(wait, child.cancel)
 
     def _begin(self, name: str, config: Any, reads: tuple[str, ...] | None) -> tuple[Path, Path | None]:
         """The stage folder, and its temporary folder when the stage has to run (None: up to date)."""
@@ -312,31 +302,22 @@ class Stages:
         self.log(f"[{name}] running")
         return folder, tmp
 
-    def _end(self, folder: Path, tmp: Path, started: float) -> None:
+    def _end(self, folder: Path, tmp: Path, seconds: float) -> None:
         _release_memory()
         mark = tmp / ".fingerprint"
         fp = mark.read_text()
         mark.unlink()
-        write_json(tmp / "stage.json", {"fingerprint": fp, "seconds": round(time.time() - started, 1)})
+        write_json(tmp / "stage.json", {"fingerprint": fp, "seconds": round(seconds, 1)})
         shutil.rmtree(folder, ignore_errors=True)
         tmp.rename(folder)
 
 
-def _background_stage(fn: Callable[..., Any], out: Path, kwargs: dict[str, Any], threads: int) -> None:
-    """A stage body in a spawned process (Stages.start): its log lines go to stderr as they come."""
-    import sys
+@dataclass(frozen=True)
+class Pending:
+    """A started stage (Stages.start): `wait` finishes it, `cancel` stops it; both do nothing once it is done."""
 
-    import torch
-
-    try:  # Linux: die with the parent even when it is killed, not only when it exits
-        import ctypes
-        import signal
-
-        ctypes.CDLL("libc.so.6").prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
-    except (OSError, AttributeError):
-        pass
-    torch.set_num_threads(threads)
-    fn(out=out, log=lambda m: print(m, file=sys.stderr, flush=True), **kwargs)
+    wait: Callable[[], None] = lambda: None
+    cancel: Callable[[], None] = lambda: None
 
 
 # ---- the pipeline --------------------------------------------------------------------------------
@@ -389,9 +370,9 @@ def run_pipeline(config: RunConfig, resume: bool = True, log: Callable[[str], No
     envs = _valid_envs(synthesis_dir, analysis_dir, config.analysis)
 
     # with config.parallel the adapters train in a second process while this one trains the GRPO baseline
-    adapters_dir, adapters_done = stages.start("adapters", _at(config.dtype, [config.training, sorted(envs)]), train_adapters,
-                                               {"envs": envs, "model": model, "t": config.training, "dtype": config.dtype},
-                                               background=config.parallel)
+    adapters_dir, adapters = stages.start("adapters", _at(config.dtype, [config.training, sorted(envs)]), train_adapters,
+                                          {"envs": envs, "model": model, "t": config.training, "dtype": config.dtype},
+                                          background=config.parallel)
     adapters_spent = _rollouts_spent(config.training) * len(envs) + _rollouts_spent(config.training, config.training.shared_steps)
     spent = adapters_spent + _rollouts_spent(config.training, config.compose.gate_grpo_steps)
 
@@ -400,10 +381,14 @@ def run_pipeline(config: RunConfig, resume: bool = True, log: Callable[[str], No
     baseline = t.model_copy(update={"steps": max(1, round(spent / (t.group_size * t.groups_per_step))),
                                     "hint_fraction": 0.0, "shared_steps": 0, "guard_seeds": 0,
                                     "carry_optimizer": False})
-    baseline_dir = stages.run("grpo_baseline", _at(config.dtype, [config.model, baseline, config.target]),
-                              lambda d: _train(make_target, model, d / "grpo", baseline, max_steps,
-                                               lambda m: log(f"[grpo_baseline] {m}"), dtype=config.dtype), reads=("warmup",))
-    adapters_done()
+    try:
+        baseline_dir = stages.run("grpo_baseline", _at(config.dtype, [config.model, baseline, config.target]),
+                                  lambda d: _train(make_target, model, d / "grpo", baseline, max_steps,
+                                                   lambda m: log(f"[grpo_baseline] {m}"), dtype=config.dtype), reads=("warmup",))
+        adapters.wait()
+    except BaseException:
+        adapters.cancel()
+        raise
     adapter_dirs = {n: adapters_dir / n / "adapter" for n in envs}
 
     def composition(d: Path) -> None:
