@@ -24,20 +24,20 @@ class Background:
         import torch
 
         ctx = multiprocessing.get_context("spawn")
-        self.name, self.threads = name, torch.get_num_threads()
+        self.threads = torch.get_num_threads()
         mine = max(1, self.threads // 2)
+        theirs = max(1, self.threads - mine)
         self.lines, self.idle = ctx.Queue(), ctx.Event()
         self.seconds: float | None = None
         # daemon: stopped when this process exits, even on an error it does not catch
         self.child = ctx.Process(target=_child, name=f"trace-{name}", daemon=True,
-                                 args=(fn, out, kwargs, max(1, self.threads - mine), self.threads, os.getpid(),
-                                       self.lines, self.idle))
+                                 args=(fn, out, kwargs, theirs, self.threads, os.getpid(), self.lines, self.idle))
         self.child.start()
         torch.set_num_threads(mine)
         self.reader = threading.Thread(target=self._read, args=(log,), daemon=True)
         self.reader.start()
-        log(f"[{name}] in a background process (pid {self.child.pid}), {max(1, self.threads - mine)} of "
-            f"{self.threads} threads until this one waits for it")
+        log(f"[{name}] in a background process (pid {self.child.pid}), {theirs} of {self.threads} threads "
+            "until this one waits for it")
 
     def _read(self, log: Callable[[str], None]) -> None:
         while (item := self.lines.get()) is not None:

@@ -167,12 +167,12 @@ BUDGETS: dict[str, dict[str, Any]] = {
         "compose": {"gate_steps": 100, "gate_trajectories": 16},
         "evaluation": {"limit": 40, "max_new_tokens": 128, "single_adapters": False},
     },
-    # The paper-table recipe as measured on this CPU (README "Measured results"; records
-    # benchmarks/results/wide_s*g.json hold this config with training seeds 2-5): all 100 held-out
+    # The paper-table recipe as measured on this CPU (README "Measured results"; the records
+    # benchmarks/results/wide_s{2,4,5,6}g.json hold this config with those training seeds): all 100 held-out
     # bfcl/multiple tasks, the 2 capabilities of highest coverage, drills on the target's train tasks plus
     # borrowed simple_python ones at difficulty 0, a shared adapter on all capability envs (64 steps), then
     # 16 own steps per capability kept only where they beat the shared adapter on 64 drill seeds (the guard).
-    # About 2 hours a seed from copied early stages, 3 with the warm-up; resumable stage by stage.
+    # 90 minutes a seed here from copied early stages (seed 6), plus 24 for the warm-up; resumable stage by stage.
     "table": {
         "model": "smollm2-135m", "target": "bfcl/multiple", "dtype": "bfloat16", "warmup": {"steps": 30},
         "analysis": {"rollout_limit": 200, "max_capabilities": 2, "rank": "coverage"},
