@@ -98,6 +98,30 @@ def test_argument_drill_offers_only_the_answer_and_favours_more_arguments_when_h
 
 
 @pytest.mark.parametrize("drill", DRILLS)
+def test_like_target_offers_the_targets_counts_padding_with_unlike_functions(drill):
+    counts = {len(e["function"]) for i, e in load_category("multiple")[0].items() if split_of("multiple")[i] == "train"}
+    plain, env = drill(0.0, fresh=True), drill(0.0, fresh=True, like_target=True)
+    sizes, last = [], 0
+    for seed in range(200):
+        plain.reset(seed)
+        before = {f["name"] for f in plain.functions}
+        env.reset(seed)
+        names = [f["name"] for f in env.functions]
+        assert before <= set(names) and len(names) == len(set(names))  # the drill's own offer is kept, padded only
+        assert len(names) >= min(counts) and (len(names) in counts or set(names) == before)
+        added = [f for f in env.functions if f["name"] not in before]
+        assert not any(_same_job(f, env._answer_function()) for f in added)
+        (name, args), = env.reference()
+        env.step(assistant(call(name, args)))
+        assert env.verdict().success
+        sizes.append(len(names))
+        last += names[-1] == env.answer_name
+    assert len(set(sizes)) > 1 and 0.15 < last / 200 < 0.6  # no answer position to learn
+    if drill is TargetArgumentGroundingEnv:
+        assert all(len(plain.reset(s) and plain.functions) == 1 for s in range(20))
+
+
+@pytest.mark.parametrize("drill", DRILLS)
 def test_reference_succeeds_and_a_wrong_call_fails(drill):
     env = drill(1.0)
     seed = 7
@@ -230,3 +254,11 @@ def test_partial_credit_rejects_bad_values_and_catalog_sources(tmp_path):
         families_for("bfcl/multiple", "target", extra=("web",))
     with pytest.raises(ValueError, match="source: target"):
         SynthesisCfg(extra_categories=["simple_python"])
+    with pytest.raises(ValueError, match="offer_like_target applies"):
+        SynthesisCfg(offer_like_target=True)
+    with pytest.raises(DataError, match="like_target applies"):
+        families_for("bfcl/multiple", like_target=True)
+    pinned = families_for("bfcl/multiple", "target", like_target=True)["function_selection"][1]
+    module = write_builtin("function_selection", tmp_path, 0.0, (TargetFunctionSelectionEnv, pinned))
+    assert resolve_env(str(module))().like_target
+    assert "offer_like_target" not in str(SynthesisCfg(source="target"))  # older run folders keep their fingerprints

@@ -307,6 +307,8 @@ def synthesize_cmd(
                                "(new values in the request and answer, sibling functions of the right one)."),
     extra_category: list[str] = typer.Option([], "--extra-category", help="With --source target: the drills also draw "
                                              "this single-turn BFCL category's clean train tasks (repeatable; e.g. simple_python)."),
+    offer_like_target: bool = typer.Option(False, "--offer-like-target", help="With --source target: offer as many "
+                                           "functions as the target's train tasks do (never the answer's function alone)."),
 ):
     """One validated (and calibrated) environment per selected capability (stage 2); a rerun with the
     same model, seeds, samples and rounds reuses the saved calibrations."""
@@ -317,7 +319,8 @@ def synthesize_cmd(
     if rounds < 1:
         raise UsageError("--rounds must be at least 1")
     summary = synthesize_all(capabilities, target, out, llm=llm, model=model, seeds=seeds, samples=samples, rounds=rounds,
-                             source=source, partial_credit=partial_credit, fresh=fresh, extra=tuple(extra_category))
+                             source=source, partial_credit=partial_credit, fresh=fresh, extra=tuple(extra_category),
+                             like_target=offer_like_target)
     table = Table(title="environments")
     for col in ("capability", "source", "valid", "difficulty", "success", "mean reward", "degenerate", "in band"):
         table.add_column(col)

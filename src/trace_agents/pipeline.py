@@ -68,12 +68,14 @@ class SynthesisCfg(_Cfg):
     extra_categories: list[Literal["simple_python", "multiple"]] = Field(
         default_factory=list, description="Drills (source: target) also draw the train tasks of these single-turn BFCL "
         "categories, leaving out any that offers a function of the target's test split or repeats one of its requests.")
+    offer_like_target: bool = Field(False, description="Drills (source: target) offer as many functions as the target's "
+                                    "train tasks do (argument_value_grounding never offers its function alone).")
 
-    _quiet_at_default = frozenset({"extra_categories"})
+    _quiet_at_default = frozenset({"extra_categories", "offer_like_target"})
 
     @model_validator(mode="after")
     def _drill_options_need_drills(self) -> "SynthesisCfg":
-        for option, default in (("partial_credit", 0), ("fresh", False), ("extra_categories", [])):
+        for option, default in (("partial_credit", 0), ("fresh", False), ("extra_categories", []), ("offer_like_target", False)):
             if getattr(self, option) != default and self.source != "target":
                 raise ValueError(f"{option} applies to the drills on the target's train tasks: set source: target, "
                                  f"or {option}: {str(default).lower()}")
@@ -364,7 +366,7 @@ def run_pipeline(config: RunConfig, resume: bool = True, log: Callable[[str], No
         synthesize_all(analysis_dir / "capabilities.json", config.target, d, llm=s.llm,
                        model=model if s.calibrate else None, seeds=s.seeds, samples=s.samples, rounds=s.rounds,
                        difficulty=s.difficulty, source=s.source, partial_credit=s.partial_credit,
-                       fresh=s.fresh, extra=tuple(s.extra_categories))
+                       fresh=s.fresh, extra=tuple(s.extra_categories), like_target=s.offer_like_target)
 
     synthesis_dir = stages.run("synthesis", config.synthesis, synthesis)
     envs = _valid_envs(synthesis_dir, analysis_dir, config.analysis)

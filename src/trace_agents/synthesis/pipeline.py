@@ -35,13 +35,14 @@ SOURCES = ("catalog", "target")
 
 
 def families_for(target: str, source: str = "catalog", partial_credit: float = 0.0, fresh: bool = False,
-                 extra: tuple[str, ...] = ()) -> dict[str, tuple[type, dict[str, Any]]]:
+                 extra: tuple[str, ...] = (), like_target: bool = False) -> dict[str, tuple[type, dict[str, Any]]]:
     """Capability -> (built-in env class, constructor arguments its module pins). `source` "catalog":
     the families on the warm-up catalog; "target": where a capability has drills on the target's own
     train tasks (target_drills.py: function_selection, argument_value_grounding), those replace
     the catalog family, and pin `partial_credit` (failed replies earn that times their closeness) and
     `fresh` (procedural variants of the train tasks: new values, sibling functions; variants.py) and
-    `extra` (more single-turn BFCL categories whose clean train tasks the drills draw too)."""
+    `extra` (more single-turn BFCL categories whose clean train tasks the drills draw too) and
+    `like_target` (offer as many functions as the target's tasks do)."""
     if source not in SOURCES:
         raise DataError(f"unknown environment source {source!r}; choose one of {', '.join(SOURCES)}")
     if not 0 <= partial_credit < 1:
@@ -54,10 +55,11 @@ def families_for(target: str, source: str = "catalog", partial_credit: float = 0
         if unknown := [c for c in extra if c not in SINGLE_TURN]:
             raise DataError(f"extra categories {unknown} are not single-turn BFCL categories; choose from {', '.join(SINGLE_TURN)}")
         pinned = {"category": category, **({"partial_credit": partial_credit} if partial_credit else {}),
-                  **({"fresh": True} if fresh else {}), **({"extra": tuple(extra)} if extra else {})}
+                  **({"fresh": True} if fresh else {}), **({"extra": tuple(extra)} if extra else {}),
+                  **({"like_target": True} if like_target else {})}
         families.update({name: (cls, dict(pinned)) for name, cls in target_families().items()})
-    elif partial_credit or fresh or extra:
-        option = "partial_credit" if partial_credit else "fresh" if fresh else "extra"
+    elif partial_credit or fresh or extra or like_target:
+        option = "partial_credit" if partial_credit else "fresh" if fresh else "extra" if extra else "like_target"
         raise DataError(f"{option} applies to the drills on the target's train tasks; set source 'target' too")
     return families
 
@@ -84,14 +86,14 @@ def selected_capabilities(path: Path) -> list[dict[str, Any]]:
 def synthesize_all(capabilities: Path, target: str, out: Path, *, llm: str | None = None, model: str | None = None,
                    seeds: int = 8, samples: int = 4, rounds: int = 3, failed_examples: list[str] | None = None,
                    difficulty: float = 0.5, source: str = "catalog", partial_credit: float = 0.0,
-                   fresh: bool = False, extra: tuple[str, ...] = ()) -> dict:
+                   fresh: bool = False, extra: tuple[str, ...] = (), like_target: bool = False) -> dict:
     """For every selected capability: module + `<cap>.validation.json` (+ `<cap>.calibration.json`).
     Without a model to calibrate with, built-in families are pinned at `difficulty`; `source` picks
     catalog or target-drill families (`families_for`)."""
     from trace_agents.synthesis.validate import validate_module
 
     out.mkdir(parents=True, exist_ok=True)
-    families = families_for(target, source, partial_credit, fresh, extra)
+    families = families_for(target, source, partial_credit, fresh, extra, like_target)
     load_policy = cache(lambda: _policy(model))  # loaded once, and only if some family needs rollouts
     summary: dict[str, Any] = {"target": target, "environments": {}}
     for cap in selected_capabilities(capabilities):

@@ -11,6 +11,12 @@ own, and reshape it to isolate one capability:
   reward is about the values. Difficulty: tasks with more arguments to fill are drawn more often.
 With `fresh`, each seed is a procedural variant of its train task (variants.py): new values in the
 request and its possible answer, and for function_selection look-alike siblings of the right function.
+With `like_target`, a drill offers as many functions as a target train task does (a count drawn from
+the target's train tasks: 2-4 for `multiple`), padding with functions unlike the answer's. Without it
+argument_value_grounding offers the answer's function alone, and a quarter of the easiest
+function_selection drills do too: prompts the target never shows, on which a policy is rewarded for
+calling whichever function is listed (measured, issue 7: composed models trained so picked the *last*
+offered function in 57 of 84 wrong picks on BFCL multiple's test tasks, plain GRPO in 13 of 46).
 With `extra` categories (e.g. simple_python for a `multiple` target), the drills also draw those
 categories' train tasks with one reference call, in the same format: more requests and functions than
 the target's ~100 train tasks, which the plain-GRPO baseline trains on too. BFCL builds `multiple` from
@@ -92,6 +98,13 @@ def _single_call_train_ids(category: str) -> tuple[str, ...]:
 
 
 @lru_cache(maxsize=None)
+def _offer_counts(category: str) -> tuple[int, ...]:
+    """How many functions each of the category's train tasks offers (one entry per task)."""
+    entries = load_category(category)[0]
+    return tuple(len(entries[i]["function"]) for i in _single_call_train_ids(category))
+
+
+@lru_cache(maxsize=None)
 def _test_footprint(category: str) -> tuple[frozenset[str], tuple[frozenset[str], ...]]:
     """(function names, request words) of the category's test tasks: what a borrowed task must not share."""
     entries = load_category(category)[0]
@@ -123,7 +136,7 @@ class _TargetDrill(BfclEnv):
     capability: ClassVar[str] = ""
 
     def __init__(self, difficulty: float = 0.5, category: str = "multiple", partial_credit: float = 0.0,
-                 fresh: bool = False, extra: tuple[str, ...] = ()):
+                 fresh: bool = False, extra: tuple[str, ...] = (), like_target: bool = False):
         difficulty = checked_difficulty(difficulty)
         for c in (category, *extra):
             if c not in SINGLE_TURN:
@@ -132,6 +145,7 @@ class _TargetDrill(BfclEnv):
         self.checker_category = "multiple"  # the answer is looked up among the offered functions
         self.difficulty = difficulty
         self.fresh = fresh
+        self.like_target = like_target
         self.name = f"target/{self.capability}"
         self.extra = tuple(extra)
         self.ids, self.pool = _train_material(category, self.extra)
@@ -150,6 +164,8 @@ class _TargetDrill(BfclEnv):
         if self.fresh:
             messages = self._freshen(category, random.Random(f"target/{self.capability}/values/{seed}"))
         offered = self._offer(random.Random(f"target/{self.capability}/extra/{seed}"))
+        if self.like_target:
+            offered += self._padding(random.Random(f"target/{self.capability}/pad/{seed}"), offered)
         random.Random(f"target/{self.capability}/order/{seed}").shuffle(offered)
         self.entry = {**copy.deepcopy(self.entry), "function": offered}
         self.functions = offered
@@ -174,6 +190,18 @@ class _TargetDrill(BfclEnv):
 
     def _offer(self, rng: random.Random) -> list[dict]:
         raise NotImplementedError
+
+    def _padding(self, rng: random.Random, offered: list[dict]) -> list[dict]:
+        """Functions unlike the answer's (the less alike half of the pool, never one doing its job) up
+        to a count a target train task offers: the target's format, with no choice harder than it was."""
+        want = rng.choice(_offer_counts(self.category)) - len(offered)
+        if want <= 0:
+            return []
+        taken, target = {f["name"] for f in offered}, self._answer_function()
+        words = _words(target)
+        rest = sorted((f for f in self.pool if f["name"] not in taken and not _same_job(f, target)),
+                      key=lambda f: (_likeness(words, _words(f)), f["name"]))
+        return rng.sample(rest[:max(want, len(rest) // 2)], min(want, len(rest)))
 
     @property
     def answer_name(self) -> str:
