@@ -197,11 +197,14 @@ class _TargetDrill(BfclEnv):
         want = rng.choice(_offer_counts(self.category)) - len(offered)
         if want <= 0:
             return []
-        taken, target = {f["name"] for f in offered}, self._answer_function()
-        words = _words(target)
-        rest = sorted((f for f in self.pool if f["name"] not in taken and not _same_job(f, target)),
-                      key=lambda f: (_likeness(words, _words(f)), f["name"]))
+        words = _words(self._answer_function())
+        rest = sorted(self._others({f["name"] for f in offered}), key=lambda f: (_likeness(words, _words(f)), f["name"]))
         return rng.sample(rest[:max(want, len(rest) // 2)], min(want, len(rest)))
+
+    def _others(self, taken: set[str]) -> list[dict]:
+        """Pool functions that may be offered beside the answer: not `taken`, never one doing its job."""
+        target = self._answer_function()
+        return [f for f in self.pool if f["name"] not in taken and not _same_job(f, target)]
 
     @property
     def answer_name(self) -> str:
@@ -236,10 +239,8 @@ class TargetFunctionSelectionEnv(_TargetDrill):
 
     def _distractors(self, rng: random.Random) -> list[dict]:
         d = self.difficulty
-        taken = {f["name"] for f in self.entry["function"]}
-        target = self._answer_function()
-        rest = [f for f in self.pool if f["name"] not in taken and not _same_job(f, target)]
-        words = _words(target)
+        rest = self._others({f["name"] for f in self.entry["function"]})
+        words = _words(self._answer_function())
         near = sorted(rest, key=lambda f: (-_likeness(words, _words(f)), f["name"]))
         k = min(len(rest), rng.randint(round(2 * d), 1 + round(5 * d)))
         chosen: list[dict] = []
