@@ -7,6 +7,7 @@ import pytest
 from conftest import assistant, call
 
 from trace_agents.envs.base import Env
+from trace_agents.envs.bfcl import offer_counts
 from trace_agents.synthesis.families import FAMILIES, NoRedundantCallsEnv, ParallelCallsEnv, make_family
 from trace_agents.synthesis.matching import call_key, repeated_calls, same, type_ok
 from trace_agents.types import FunctionCall, Message, ToolCall
@@ -72,6 +73,28 @@ def test_splits_are_disjoint(cap):
     assert len(train) == 100_000 and len(test) == 1_000 and not set(train) & set(test)
     with pytest.raises(ValueError, match="split"):
         env.seeds("dev")
+
+
+@pytest.mark.parametrize("cap", CAPS)
+def test_like_target_pads_offers_to_the_targets_counts_with_unrelated_functions(cap):
+    counts = set(offer_counts("multiple"))
+    plain, env = make_family(cap, 0.25), FAMILIES[cap](0.25, category="multiple", like_target=True)
+    answer_last = 0
+    for seed in range(100):
+        plain.reset(seed)
+        env.reset(seed)
+        assert env.task.calls == plain.task.calls and env.task.request == plain.task.request  # no other draw moved
+        names = [f["name"] for f in env.functions]
+        before = {f["name"] for f in plain.functions}
+        assert before <= set(names) and len(names) == len(set(names))
+        assert len(names) in counts or (len(before) > max(counts) and set(names) == before)
+        taken = {f.domain for f in plain.task.functions}
+        assert all(f.domain not in taken for f in env.task.functions if f.name not in before)
+        assert run(env, seed, env.reference()).success
+        answer_last += names[-1] == env.task.calls[0][0]
+    assert 0.15 < answer_last / 100 < 0.6  # no position to learn
+    with pytest.raises(ValueError, match="single-turn BFCL category"):
+        FAMILIES[cap](like_target=True)
 
 
 @pytest.mark.parametrize("difficulty", [0.0, 0.5, 1.0])

@@ -254,10 +254,16 @@ def test_partial_credit_rejects_bad_values_and_catalog_sources(tmp_path):
         families_for("bfcl/multiple", "target", extra=("web",))
     with pytest.raises(ValueError, match="source: target"):
         SynthesisCfg(extra_categories=["simple_python"])
-    with pytest.raises(ValueError, match="offer_like_target applies"):
-        SynthesisCfg(offer_like_target=True)
-    with pytest.raises(DataError, match="like_target applies"):
-        families_for("bfcl/multiple", like_target=True)
+    assert SynthesisCfg(offer_like_target=True).offer_like_target  # the catalog families pad too
+    with pytest.raises(DataError, match="like_target needs a single-turn"):
+        families_for("bfcl/multi_turn_base", like_target=True)
+    catalog = families_for("bfcl/multiple", like_target=True)
+    assert catalog["argument_schema_adherence"][1] == {"category": "multiple", "like_target": True}
+    assert catalog["error_recovery"][1] == {}  # multi-turn families keep their offers
+    module = write_builtin("argument_schema_adherence", tmp_path, 0.0, catalog["argument_schema_adherence"])
+    env = resolve_env(str(module))()
+    env.reset(0)
+    assert env.like_target and len(env.functions) > 1  # the written module pins the padding
     pinned = families_for("bfcl/multiple", "target", like_target=True)["function_selection"][1]
     module = write_builtin("function_selection", tmp_path, 0.0, (TargetFunctionSelectionEnv, pinned))
     assert resolve_env(str(module))().like_target

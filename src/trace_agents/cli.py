@@ -307,8 +307,8 @@ def synthesize_cmd(
                                "(new values in the request and answer, sibling functions of the right one)."),
     extra_category: list[str] = typer.Option([], "--extra-category", help="With --source target: the drills also draw "
                                              "this single-turn BFCL category's clean train tasks (repeatable; e.g. simple_python)."),
-    offer_like_target: bool = typer.Option(False, "--offer-like-target", help="With --source target: offer as many "
-                                           "functions as the target's train tasks do (never the answer's function alone)."),
+    offer_like_target: bool = typer.Option(False, "--offer-like-target", help="Every single-turn environment offers as "
+                                           "many functions as the target's train tasks do (never the answer's function alone)."),
 ):
     """One validated (and calibrated) environment per selected capability (stage 2); a rerun with the
     same model, seeds, samples and rounds reuses the saved calibrations."""

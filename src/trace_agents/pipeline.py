@@ -68,14 +68,14 @@ class SynthesisCfg(_Cfg):
     extra_categories: list[Literal["simple_python", "multiple"]] = Field(
         default_factory=list, description="Drills (source: target) also draw the train tasks of these single-turn BFCL "
         "categories, leaving out any that offers a function of the target's test split or repeats one of its requests.")
-    offer_like_target: bool = Field(False, description="Drills (source: target) offer as many functions as the target's "
-                                    "train tasks do (argument_value_grounding never offers its function alone).")
+    offer_like_target: bool = Field(False, description="Every single-turn environment (drills and catalog families) offers "
+                                    "as many functions as the target's train tasks do, never the answer's function alone.")
 
     _quiet_at_default = frozenset({"extra_categories", "offer_like_target"})
 
     @model_validator(mode="after")
     def _drill_options_need_drills(self) -> "SynthesisCfg":
-        for option, default in (("partial_credit", 0), ("fresh", False), ("extra_categories", []), ("offer_like_target", False)):
+        for option, default in (("partial_credit", 0), ("fresh", False), ("extra_categories", [])):
             if getattr(self, option) != default and self.source != "target":
                 raise ValueError(f"{option} applies to the drills on the target's train tasks: set source: target, "
                                  f"or {option}: {str(default).lower()}")

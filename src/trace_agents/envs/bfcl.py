@@ -62,6 +62,21 @@ def split_of(category: str) -> dict[str, Split]:
 
 
 @lru_cache(maxsize=None)
+def single_call_train_ids(category: str) -> tuple[str, ...]:
+    """The category's train task ids whose answer is one call, sorted."""
+    answers = load_category(category)[1]
+    return tuple(sorted(i for i, s in split_of(category).items() if s == "train" and len(answers[i]["ground_truth"]) == 1))
+
+
+@lru_cache(maxsize=None)
+def offer_counts(category: str) -> tuple[int, ...]:
+    """How many functions each of those train tasks offers (one entry per task): the drills'
+    `like_target` option draws its offer sizes from these."""
+    entries = load_category(category)[0]
+    return tuple(len(entries[i]["function"]) for i in single_call_train_ids(category))
+
+
+@lru_cache(maxsize=None)
 def _class_docs(class_name: str) -> tuple[dict, ...]:
     from bfcl_eval.constants.executable_backend_config import MULTI_TURN_FUNC_DOC_FILE_MAPPING
 

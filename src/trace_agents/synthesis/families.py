@@ -30,6 +30,7 @@ from typing import Any, Callable, ClassVar
 import trace_agents.warmup.data as data
 from trace_agents.agent.format import to_openai_tool
 from trace_agents.envs.base import Split, Step
+from trace_agents.envs.bfcl import SINGLE_TURN, offer_counts
 from trace_agents.synthesis.matching import (EXTRA_CALL_PENALTY, Match, call_key, match_calls, parse_calls,
                                              repeated_calls)
 from trace_agents.types import Message, Verdict
@@ -128,8 +129,14 @@ class SingleTurnFamily:
 
     capability: ClassVar[str] = ""
 
-    def __init__(self, difficulty: float = 0.5):
+    def __init__(self, difficulty: float = 0.5, category: str = "", like_target: bool = False):
+        """`like_target`: pad each offer to as many functions as a train task of the BFCL `category`
+        offers (see `_padded`)."""
+        if like_target and category not in SINGLE_TURN:
+            raise ValueError(f"like_target needs the target's single-turn BFCL category ({', '.join(SINGLE_TURN)}), "
+                             f"got {category!r}")
         self.difficulty = checked_difficulty(difficulty)
+        self.category, self.like_target = category, like_target
         self.tricky = 0.0  # share of free-text values made JSON-hostile (ToolCallFormatEnv raises it)
         self.name = f"synthetic/{self.capability}"
         self.task_id = ""
@@ -147,6 +154,8 @@ class SingleTurnFamily:
     def reset(self, seed: int) -> list[Message]:
         self.drawn = []
         self._task = self._build(random.Random(f"{self.capability}/{seed}"))
+        if self.like_target:
+            self._task = replace(self._task, functions=self._padded(random.Random(f"{self.capability}/pad/{seed}")))
         self.task_id = f"{self.capability}_{seed}"
         self.functions = [f.schema() for f in self._task.functions]
         self.tools = [to_openai_tool(f) for f in self.functions]
@@ -176,6 +185,19 @@ class SingleTurnFamily:
         if self._task is None:
             raise RuntimeError(f"{type(self).__name__}: call reset(seed) first")
         return self._task
+
+    def _padded(self, rng: random.Random) -> list[Func]:
+        """The task's offer padded to a count drawn from the target's train tasks with functions of
+        other domains than the offered ones (none can serve the request), reshuffled. Most families
+        offer one function, which no BFCL `multiple` task does: a policy trained on them learns to
+        call whatever is listed (issue 7). Its own seeded stream: no other draw of the task moves."""
+        offered = list(self.task.functions)
+        want = rng.choice(offer_counts(self.category)) - len(offered)
+        domains = {f.domain for f in offered}
+        far = [g for g in CATALOG if g.domain not in domains]
+        offered += rng.sample(far, max(0, min(want, len(far))))
+        rng.shuffle(offered)
+        return offered
 
     def _reward(self, m: Match) -> float:
         return m.reward()

@@ -42,24 +42,29 @@ def families_for(target: str, source: str = "catalog", partial_credit: float = 0
     the catalog family, and pin `partial_credit` (failed replies earn that times their closeness) and
     `fresh` (procedural variants of the train tasks: new values, sibling functions; variants.py) and
     `extra` (more single-turn BFCL categories whose clean train tasks the drills draw too) and
-    `like_target` (offer as many functions as the target's tasks do)."""
+    `like_target` (every family, catalog or drill, offers as many functions as the target's tasks do;
+    a single-turn bfcl/ target only)."""
+    from trace_agents.synthesis.families import FAMILIES
+
     if source not in SOURCES:
         raise DataError(f"unknown environment source {source!r}; choose one of {', '.join(SOURCES)}")
     if not 0 <= partial_credit < 1:
         raise DataError(f"partial_credit must be in [0, 1) so a right answer pays most, got {partial_credit}")
-    families = {name: (cls, {}) for name, cls in builtin_families().items()}
+    category = target.split("/", 1)[1] if target.startswith("bfcl/") else ""
+    if (source == "target" or like_target) and (not category or category.startswith("multi_turn")):
+        need, fix = ("source 'target'", "use source 'catalog'") if source == "target" else ("like_target", "leave it off")
+        raise DataError(f"{need} needs a single-turn bfcl/ target, not {target!r}; {fix}")
+    like = {"category": category, "like_target": True} if like_target else {}
+    # the multi-turn families (stateful, lookup) keep their own offers: padding is a single-turn matter
+    families = {name: (cls, dict(like) if name in FAMILIES else {}) for name, cls in builtin_families().items()}
     if source == "target":
-        category = target.split("/", 1)[1] if target.startswith("bfcl/") else ""
-        if not category or category.startswith("multi_turn"):
-            raise DataError(f"source 'target' needs a single-turn bfcl/ target, not {target!r}; use source 'catalog'")
         if unknown := [c for c in extra if c not in SINGLE_TURN]:
             raise DataError(f"extra categories {unknown} are not single-turn BFCL categories; choose from {', '.join(SINGLE_TURN)}")
         pinned = {"category": category, **({"partial_credit": partial_credit} if partial_credit else {}),
-                  **({"fresh": True} if fresh else {}), **({"extra": tuple(extra)} if extra else {}),
-                  **({"like_target": True} if like_target else {})}
+                  **({"fresh": True} if fresh else {}), **({"extra": tuple(extra)} if extra else {}), **like}
         families.update({name: (cls, dict(pinned)) for name, cls in target_families().items()})
-    elif partial_credit or fresh or extra or like_target:
-        option = "partial_credit" if partial_credit else "fresh" if fresh else "extra" if extra else "like_target"
+    elif partial_credit or fresh or extra:
+        option = "partial_credit" if partial_credit else "fresh" if fresh else "extra"
         raise DataError(f"{option} applies to the drills on the target's train tasks; set source 'target' too")
     return families
 

@@ -43,7 +43,7 @@ from typing import ClassVar
 
 from trace_agents.agent.format import to_openai_tool
 from trace_agents.envs.base import Split
-from trace_agents.envs.bfcl import SINGLE_TURN, BfclEnv, load_category, split_of
+from trace_agents.envs.bfcl import SINGLE_TURN, BfclEnv, load_category, offer_counts, single_call_train_ids, split_of
 from trace_agents.synthesis.families import checked_difficulty, family_seeds
 from trace_agents.synthesis.variants import contrast_words, fresh_values, name_words, siblings
 from trace_agents.types import Message
@@ -92,19 +92,6 @@ def _request_words(entry: dict) -> frozenset[str]:
 
 
 @lru_cache(maxsize=None)
-def _single_call_train_ids(category: str) -> tuple[str, ...]:
-    answers = load_category(category)[1]
-    return tuple(sorted(i for i, s in split_of(category).items() if s == "train" and len(answers[i]["ground_truth"]) == 1))
-
-
-@lru_cache(maxsize=None)
-def _offer_counts(category: str) -> tuple[int, ...]:
-    """How many functions each of the category's train tasks offers (one entry per task)."""
-    entries = load_category(category)[0]
-    return tuple(len(entries[i]["function"]) for i in _single_call_train_ids(category))
-
-
-@lru_cache(maxsize=None)
 def _test_footprint(category: str) -> tuple[frozenset[str], tuple[frozenset[str], ...]]:
     """(function names, request words) of the category's test tasks: what a borrowed task must not share."""
     entries = load_category(category)[0]
@@ -122,10 +109,10 @@ def _leaks(entry: dict, footprint: tuple[frozenset[str], tuple[frozenset[str], .
 def _train_material(category: str, extra: tuple[str, ...] = ()) -> tuple[tuple[str, ...], tuple[dict, ...]]:
     """(train task ids with one reference call: the category's, then the clean ones of each `extra`
     category; every distinct function they offer)."""
-    ids = list(_single_call_train_ids(category))
+    ids = list(single_call_train_ids(category))
     footprint = _test_footprint(category)
     for other in dict.fromkeys(c for c in extra if c != category):
-        ids += [i for i in _single_call_train_ids(other) if not _leaks(_entry(i), footprint)]
+        ids += [i for i in single_call_train_ids(other) if not _leaks(_entry(i), footprint)]
     functions = {f["name"]: f for i in ids for f in _entry(i)["function"]}
     return tuple(ids), tuple(functions[n] for n in sorted(functions))
 
@@ -194,7 +181,7 @@ class _TargetDrill(BfclEnv):
     def _padding(self, rng: random.Random, offered: list[dict]) -> list[dict]:
         """Functions unlike the answer's (the less alike half of the pool, never one doing its job) up
         to a count a target train task offers: the target's format, with no choice harder than it was."""
-        want = rng.choice(_offer_counts(self.category)) - len(offered)
+        want = rng.choice(offer_counts(self.category)) - len(offered)
         if want <= 0:
             return []
         words = _words(self._answer_function())
