@@ -51,9 +51,9 @@ def families_for(target: str, source: str = "catalog", partial_credit: float = 0
     if not 0 <= partial_credit < 1:
         raise DataError(f"partial_credit must be in [0, 1) so a right answer pays most, got {partial_credit}")
     category = target.split("/", 1)[1] if target.startswith("bfcl/") else ""
-    if (source == "target" or like_target) and (not category or category.startswith("multi_turn")):
+    if (source == "target" or like_target) and category not in SINGLE_TURN:
         need, fix = ("source 'target'", "use source 'catalog'") if source == "target" else ("like_target", "leave it off")
-        raise DataError(f"{need} needs a single-turn bfcl/ target, not {target!r}; {fix}")
+        raise DataError(f"{need} needs a single-turn bfcl/ target ({', '.join(SINGLE_TURN)}), not {target!r}; {fix}")
     like = {"category": category, "like_target": True} if like_target else {}
     # the multi-turn families (stateful, lookup) keep their own offers: padding is a single-turn matter
     families = {name: (cls, dict(like) if name in FAMILIES else {}) for name, cls in builtin_families().items()}
