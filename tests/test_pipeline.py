@@ -403,7 +403,7 @@ def test_synthesis_partial_credit_reaches_the_drills(tmp_path, monkeypatch):
     config = config.model_copy(update={"synthesis": config.synthesis.model_copy(update={"source": "target", "partial_credit": 0.5})})
     with pytest.raises(Enough):
         run_pipeline(config, log=lambda m: None)
-    assert seen["partial_credit"] == 0.5 and seen["source"] == "target"
+    assert seen["drills"].partial_credit == 0.5 and seen["drills"].source == "target"
 
 
 def test_stage_fingerprints_stay_put_when_an_option_is_added_at_its_default():

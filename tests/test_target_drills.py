@@ -164,13 +164,13 @@ def test_resolves_by_name_and_rejects_bad_input():
 def test_synthesis_source_target_writes_a_valid_module_for_the_target_category(tmp_path):
     import json
 
-    from trace_agents.synthesis.pipeline import synthesize_all
+    from trace_agents.synthesis.pipeline import Drills, synthesize_all
     from trace_agents.types import DataError
 
     caps = tmp_path / "capabilities.json"
     caps.write_text(json.dumps({"capabilities": [{"name": "function_selection", "selected": True},
                                                  {"name": "request_detail_coverage", "selected": True}]}))
-    summary = synthesize_all(caps, "bfcl/simple_python", tmp_path / "envs", difficulty=0.4, source="target")
+    summary = synthesize_all(caps, "bfcl/simple_python", tmp_path / "envs", difficulty=0.4, drills=Drills("target"))
     envs = summary["environments"]
     assert envs["function_selection"]["valid"] and envs["request_detail_coverage"]["valid"]
     assert envs["function_selection"]["source"] == "target" and envs["request_detail_coverage"]["source"] == "builtin"
@@ -178,9 +178,9 @@ def test_synthesis_source_target_writes_a_valid_module_for_the_target_category(t
     assert isinstance(env, TargetFunctionSelectionEnv) and env.category == "simple_python" and env.difficulty == 0.4
     assert "target_drills" not in open(envs["request_detail_coverage"]["module"]).read()
     with pytest.raises(DataError, match="single-turn"):
-        synthesize_all(caps, "bfcl/multi_turn_base", tmp_path / "mt", source="target")
+        synthesize_all(caps, "bfcl/multi_turn_base", tmp_path / "mt", drills=Drills("target"))
     with pytest.raises(DataError, match="catalog, target"):
-        synthesize_all(caps, "bfcl/multiple", tmp_path / "x", source="web")
+        synthesize_all(caps, "bfcl/multiple", tmp_path / "x", drills=Drills("web"))
 
 
 def test_reference_passes_bfcl_checker_on_every_train_task():
@@ -229,42 +229,44 @@ def test_partial_credit_grades_failed_replies_by_closeness_and_never_pays_like_s
 def test_partial_credit_rejects_bad_values_and_catalog_sources(tmp_path):
     from trace_agents.envs.bfcl import BfclEnv
     from trace_agents.pipeline import SynthesisCfg
-    from trace_agents.synthesis.pipeline import families_for, write_builtin
+    from trace_agents.synthesis.pipeline import Drills, families_for, write_builtin
     from trace_agents.types import DataError
 
     with pytest.raises(ValueError, match=r"\[0, 1\)"):
         TargetFunctionSelectionEnv(0.0, partial_credit=1.0)
     with pytest.raises(ValueError, match="multi-turn"):
         BfclEnv("multi_turn_base", partial_credit=0.3)
-    assert families_for("bfcl/multiple", "target", 0.5)["function_selection"][1] == {"category": "multiple", "partial_credit": 0.5}
-    assert families_for("bfcl/multiple", "target")["function_selection"][1] == {"category": "multiple"}
-    module = write_builtin("function_selection", tmp_path, 0.0, families_for("bfcl/multiple", "target", 0.5)["function_selection"])
+    assert families_for("bfcl/multiple", Drills("target", 0.5))["function_selection"][1] == {"category": "multiple", "partial_credit": 0.5}
+    assert families_for("bfcl/multiple", Drills("target"))["function_selection"][1] == {"category": "multiple"}
+    module = write_builtin("function_selection", tmp_path, 0.0, families_for("bfcl/multiple", Drills("target", 0.5))["function_selection"])
     assert resolve_env(str(module))().partial_credit == 0.5  # the synthesized module pins it
     with pytest.raises(DataError, match="source 'target'"):
-        families_for("bfcl/multiple", "catalog", 0.5)
+        families_for("bfcl/multiple", Drills("catalog", 0.5))
     with pytest.raises(DataError, match=r"\[0, 1\)"):
-        families_for("bfcl/multiple", "target", -0.1)
+        families_for("bfcl/multiple", Drills("target", -0.1))
     with pytest.raises(ValueError, match="source: target"):
         SynthesisCfg(partial_credit=0.5)
     assert SynthesisCfg(partial_credit=0.5, source="target").partial_credit == 0.5
-    pinned = families_for("bfcl/multiple", "target", extra=("simple_python",))["argument_value_grounding"][1]
+    pinned = families_for("bfcl/multiple", Drills("target", extra=("simple_python",)))["argument_value_grounding"][1]
     module = write_builtin("argument_value_grounding", tmp_path, 0.0, (TargetArgumentGroundingEnv, pinned))
     assert resolve_env(str(module))().extra == ("simple_python",)
     with pytest.raises(DataError, match="not single-turn BFCL categories"):
-        families_for("bfcl/multiple", "target", extra=("web",))
+        families_for("bfcl/multiple", Drills("target", extra=("web",)))
     with pytest.raises(ValueError, match="source: target"):
         SynthesisCfg(extra_categories=["simple_python"])
     assert SynthesisCfg(offer_like_target=True).offer_like_target  # the catalog families pad too
     with pytest.raises(DataError, match="like_target needs a single-turn"):
-        families_for("bfcl/multi_turn_base", like_target=True)
-    catalog = families_for("bfcl/multiple", like_target=True)
+        families_for("bfcl/multi_turn_base", Drills(like_target=True))
+    catalog = families_for("bfcl/multiple", Drills(like_target=True))
     assert catalog["argument_schema_adherence"][1] == {"category": "multiple", "like_target": True}
     assert catalog["error_recovery"][1] == {}  # multi-turn families keep their offers
     module = write_builtin("argument_schema_adherence", tmp_path, 0.0, catalog["argument_schema_adherence"])
     env = resolve_env(str(module))()
     env.reset(0)
     assert env.like_target and len(env.functions) > 1  # the written module pins the padding
-    pinned = families_for("bfcl/multiple", "target", like_target=True)["function_selection"][1]
+    pinned = families_for("bfcl/multiple", Drills("target", like_target=True))["function_selection"][1]
     module = write_builtin("function_selection", tmp_path, 0.0, (TargetFunctionSelectionEnv, pinned))
     assert resolve_env(str(module))().like_target
     assert "offer_like_target" not in str(SynthesisCfg(source="target"))  # older run folders keep their fingerprints
+    cfg = SynthesisCfg(source="target", partial_credit=0.25, fresh=True, extra_categories=["simple_python"], offer_like_target=True)
+    assert cfg.drills() == Drills("target", 0.25, True, ("simple_python",), True)  # every option reaches the families

@@ -102,14 +102,14 @@ def test_fresh_function_selection_offers_siblings_that_fail():
 
 def test_fresh_is_pinned_by_synthesis_and_refused_without_target_drills(tmp_path):
     from trace_agents.pipeline import SynthesisCfg
-    from trace_agents.synthesis.pipeline import families_for, write_builtin
+    from trace_agents.synthesis.pipeline import Drills, families_for, write_builtin
     from trace_agents.types import DataError
 
-    family = families_for("bfcl/multiple", "target", fresh=True)["argument_value_grounding"]
+    family = families_for("bfcl/multiple", Drills("target", fresh=True))["argument_value_grounding"]
     assert family[1] == {"category": "multiple", "fresh": True}
     assert resolve_env(str(write_builtin("argument_value_grounding", tmp_path, 0.0, family)))().fresh
     with pytest.raises(DataError, match="fresh applies"):
-        families_for("bfcl/multiple", "catalog", fresh=True)
+        families_for("bfcl/multiple", Drills("catalog", fresh=True))
     with pytest.raises(ValueError, match="source: target"):
         SynthesisCfg(fresh=True)
     assert SynthesisCfg(fresh=True, source="target").fresh

@@ -312,15 +312,14 @@ def synthesize_cmd(
 ):
     """One validated (and calibrated) environment per selected capability (stage 2); a rerun with the
     same model, seeds, samples and rounds reuses the saved calibrations."""
-    from trace_agents.synthesis.pipeline import synthesize_all
+    from trace_agents.synthesis.pipeline import Drills, synthesize_all
 
     if llm is not None and not llm.startswith("openai:"):
         raise UsageError("--llm must look like openai:NAME@BASE_URL")
     if rounds < 1:
         raise UsageError("--rounds must be at least 1")
     summary = synthesize_all(capabilities, target, out, llm=llm, model=model, seeds=seeds, samples=samples, rounds=rounds,
-                             source=source, partial_credit=partial_credit, fresh=fresh, extra=tuple(extra_category),
-                             like_target=offer_like_target)
+                             drills=Drills(source, partial_credit, fresh, tuple(extra_category), offer_like_target))
     table = Table(title="environments")
     for col in ("capability", "source", "valid", "difficulty", "success", "mean reward", "degenerate", "in band"):
         table.add_column(col)

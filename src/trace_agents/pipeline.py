@@ -73,6 +73,13 @@ class SynthesisCfg(_Cfg):
 
     _quiet_at_default = frozenset({"extra_categories", "offer_like_target"})
 
+    def drills(self):
+        """The options `synthesize_all` reads (synthesis/pipeline.py: Drills)."""
+        from trace_agents.synthesis.pipeline import Drills
+
+        return Drills(source=self.source, partial_credit=self.partial_credit, fresh=self.fresh,
+                      extra=tuple(self.extra_categories), like_target=self.offer_like_target)
+
     @model_validator(mode="after")
     def _drill_options_need_drills(self) -> "SynthesisCfg":
         for option, default in (("partial_credit", 0), ("fresh", False), ("extra_categories", [])):
@@ -365,8 +372,7 @@ def run_pipeline(config: RunConfig, resume: bool = True, log: Callable[[str], No
         s = config.synthesis
         synthesize_all(analysis_dir / "capabilities.json", config.target, d, llm=s.llm,
                        model=model if s.calibrate else None, seeds=s.seeds, samples=s.samples, rounds=s.rounds,
-                       difficulty=s.difficulty, source=s.source, partial_credit=s.partial_credit,
-                       fresh=s.fresh, extra=tuple(s.extra_categories), like_target=s.offer_like_target)
+                       difficulty=s.difficulty, drills=s.drills())
 
     synthesis_dir = stages.run("synthesis", config.synthesis, synthesis)
     envs = _valid_envs(synthesis_dir, analysis_dir, config.analysis)

@@ -9,6 +9,7 @@ so an interrupted or extended run only calibrates what is missing or changed."""
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from functools import cache, partial
 from pathlib import Path
 from typing import Any, Callable
@@ -34,37 +35,49 @@ class Env(_Family):
 SOURCES = ("catalog", "target")
 
 
-def families_for(target: str, source: str = "catalog", partial_credit: float = 0.0, fresh: bool = False,
-                 extra: tuple[str, ...] = (), like_target: bool = False) -> dict[str, tuple[type, dict[str, Any]]]:
-    """Capability -> (built-in env class, constructor arguments its module pins). `source` "catalog":
-    the families on the warm-up catalog; "target": where a capability has drills on the target's own
-    train tasks (target_drills.py: function_selection, argument_value_grounding), those replace
-    the catalog family, and pin `partial_credit` (failed replies earn that times their closeness) and
-    `fresh` (procedural variants of the train tasks: new values, sibling functions; variants.py) and
-    `extra` (more single-turn BFCL categories whose clean train tasks the drills draw too) and
-    `like_target` (every family, catalog or drill, offers as many functions as the target's tasks do;
-    a single-turn bfcl/ target only)."""
+@dataclass(frozen=True)
+class Drills:
+    """Where the built-in environments draw their tasks and how they pay (the config's synthesis options).
+
+    source "catalog": the families on the warm-up catalog; "target": where a capability has drills on
+    the target's own train tasks (target_drills.py: function_selection, argument_value_grounding),
+    those replace the catalog family. Drill-only options: `partial_credit` (failed replies earn that
+    times their closeness), `fresh` (procedural variants of the train tasks: new values, sibling
+    functions; variants.py), `extra` (more single-turn BFCL categories whose clean train tasks the
+    drills draw too). `like_target`: every single-turn family, catalog or drill, offers as many
+    functions as the target's tasks do (a single-turn bfcl/ target only)."""
+
+    source: str = "catalog"
+    partial_credit: float = 0.0
+    fresh: bool = False
+    extra: tuple[str, ...] = ()
+    like_target: bool = False
+
+
+def families_for(target: str, drills: Drills = Drills()) -> dict[str, tuple[type, dict[str, Any]]]:
+    """Capability -> (built-in env class, constructor arguments its module pins), per `drills`."""
     from trace_agents.synthesis.families import FAMILIES
 
-    if source not in SOURCES:
-        raise DataError(f"unknown environment source {source!r}; choose one of {', '.join(SOURCES)}")
-    if not 0 <= partial_credit < 1:
-        raise DataError(f"partial_credit must be in [0, 1) so a right answer pays most, got {partial_credit}")
+    d = drills
+    if d.source not in SOURCES:
+        raise DataError(f"unknown environment source {d.source!r}; choose one of {', '.join(SOURCES)}")
+    if not 0 <= d.partial_credit < 1:
+        raise DataError(f"partial_credit must be in [0, 1) so a right answer pays most, got {d.partial_credit}")
     category = target.split("/", 1)[1] if target.startswith("bfcl/") else ""
-    if (source == "target" or like_target) and category not in SINGLE_TURN:
-        need, fix = ("source 'target'", "use source 'catalog'") if source == "target" else ("like_target", "leave it off")
+    if (d.source == "target" or d.like_target) and category not in SINGLE_TURN:
+        need, fix = ("source 'target'", "use source 'catalog'") if d.source == "target" else ("like_target", "leave it off")
         raise DataError(f"{need} needs a single-turn bfcl/ target ({', '.join(SINGLE_TURN)}), not {target!r}; {fix}")
-    like = {"category": category, "like_target": True} if like_target else {}
+    like = {"category": category, "like_target": True} if d.like_target else {}
     # the multi-turn families (stateful, lookup) keep their own offers: padding is a single-turn matter
     families = {name: (cls, dict(like) if name in FAMILIES else {}) for name, cls in builtin_families().items()}
-    if source == "target":
-        if unknown := [c for c in extra if c not in SINGLE_TURN]:
+    if d.source == "target":
+        if unknown := [c for c in d.extra if c not in SINGLE_TURN]:
             raise DataError(f"extra categories {unknown} are not single-turn BFCL categories; choose from {', '.join(SINGLE_TURN)}")
-        pinned = {"category": category, **({"partial_credit": partial_credit} if partial_credit else {}),
-                  **({"fresh": True} if fresh else {}), **({"extra": tuple(extra)} if extra else {}), **like}
+        pinned = {"category": category, **({"partial_credit": d.partial_credit} if d.partial_credit else {}),
+                  **({"fresh": True} if d.fresh else {}), **({"extra": tuple(d.extra)} if d.extra else {}), **like}
         families.update({name: (cls, dict(pinned)) for name, cls in target_families().items()})
-    elif partial_credit or fresh or extra:
-        option = "partial_credit" if partial_credit else "fresh" if fresh else "extra"
+    elif d.partial_credit or d.fresh or d.extra:
+        option = "partial_credit" if d.partial_credit else "fresh" if d.fresh else "extra"
         raise DataError(f"{option} applies to the drills on the target's train tasks; set source 'target' too")
     return families
 
@@ -90,21 +103,20 @@ def selected_capabilities(path: Path) -> list[dict[str, Any]]:
 
 def synthesize_all(capabilities: Path, target: str, out: Path, *, llm: str | None = None, model: str | None = None,
                    seeds: int = 8, samples: int = 4, rounds: int = 3, failed_examples: list[str] | None = None,
-                   difficulty: float = 0.5, source: str = "catalog", partial_credit: float = 0.0,
-                   fresh: bool = False, extra: tuple[str, ...] = (), like_target: bool = False) -> dict:
+                   difficulty: float = 0.5, drills: Drills = Drills()) -> dict:
     """For every selected capability: module + `<cap>.validation.json` (+ `<cap>.calibration.json`).
-    Without a model to calibrate with, built-in families are pinned at `difficulty`; `source` picks
-    catalog or target-drill families (`families_for`)."""
+    Without a model to calibrate with, built-in families are pinned at `difficulty`; `drills` picks
+    catalog or target-drill families and their options (`families_for`)."""
     from trace_agents.synthesis.validate import validate_module
 
     out.mkdir(parents=True, exist_ok=True)
-    families = families_for(target, source, partial_credit, fresh, extra, like_target)
+    families = families_for(target, drills)
     load_policy = cache(lambda: _policy(model))  # loaded once, and only if some family needs rollouts
     summary: dict[str, Any] = {"target": target, "environments": {}}
     for cap in selected_capabilities(capabilities):
         name = cap["name"]
-        drills = source == "target" and name in target_families()
-        entry: dict[str, Any] = {"source": ("target" if drills else "builtin") if name in families else ("llm" if llm else None)}
+        drilled = drills.source == "target" and name in target_families()
+        entry: dict[str, Any] = {"source": ("target" if drilled else "builtin") if name in families else ("llm" if llm else None)}
         if name in families:
             if model:
                 key = calibration_key(*families[name], model, seeds=seeds, samples=samples, rounds=rounds)
