@@ -53,16 +53,23 @@ class Drills:
     extra: tuple[str, ...] = ()
     like_target: bool = False
 
+    def __post_init__(self) -> None:
+        if self.source not in SOURCES:
+            raise DataError(f"unknown environment source {self.source!r}; choose one of {', '.join(SOURCES)}")
+        if not 0 <= self.partial_credit < 1:
+            raise DataError(f"partial_credit must be in [0, 1) so a right answer pays most, got {self.partial_credit}")
+        if unknown := [c for c in self.extra if c not in SINGLE_TURN]:
+            raise DataError(f"extra categories {unknown} are not single-turn BFCL categories; choose from {', '.join(SINGLE_TURN)}")
+        if self.source != "target" and (self.partial_credit or self.fresh or self.extra):
+            option = "partial_credit" if self.partial_credit else "fresh" if self.fresh else "extra"
+            raise DataError(f"{option} applies to the drills on the target's train tasks; set source 'target' too")
+
 
 def families_for(target: str, drills: Drills = Drills()) -> dict[str, tuple[type, dict[str, Any]]]:
     """Capability -> (built-in env class, constructor arguments its module pins), per `drills`."""
     from trace_agents.synthesis.families import FAMILIES
 
     d = drills
-    if d.source not in SOURCES:
-        raise DataError(f"unknown environment source {d.source!r}; choose one of {', '.join(SOURCES)}")
-    if not 0 <= d.partial_credit < 1:
-        raise DataError(f"partial_credit must be in [0, 1) so a right answer pays most, got {d.partial_credit}")
     category = target.split("/", 1)[1] if target.startswith("bfcl/") else ""
     if (d.source == "target" or d.like_target) and category not in SINGLE_TURN:
         need, fix = ("source 'target'", "use source 'catalog'") if d.source == "target" else ("like_target", "leave it off")
@@ -71,14 +78,9 @@ def families_for(target: str, drills: Drills = Drills()) -> dict[str, tuple[type
     # the multi-turn families (stateful, lookup) keep their own offers: padding is a single-turn matter
     families = {name: (cls, dict(like) if name in FAMILIES else {}) for name, cls in builtin_families().items()}
     if d.source == "target":
-        if unknown := [c for c in d.extra if c not in SINGLE_TURN]:
-            raise DataError(f"extra categories {unknown} are not single-turn BFCL categories; choose from {', '.join(SINGLE_TURN)}")
         pinned = {"category": category, **({"partial_credit": d.partial_credit} if d.partial_credit else {}),
                   **({"fresh": True} if d.fresh else {}), **({"extra": tuple(d.extra)} if d.extra else {}), **like}
         families.update({name: (cls, dict(pinned)) for name, cls in target_families().items()})
-    elif d.partial_credit or d.fresh or d.extra:
-        option = "partial_credit" if d.partial_credit else "fresh" if d.fresh else "extra"
-        raise DataError(f"{option} applies to the drills on the target's train tasks; set source 'target' too")
     return families
 
 
