@@ -209,6 +209,24 @@ def test_init_optimizer_carries_the_adam_moments_at_this_runs_lr(tmp_path):
         GRPOConfig(init_optimizer=str(first))
 
 
+def test_keep_every_keeps_the_weights_of_earlier_steps_past_checkpoint_pruning(tmp_path):
+    from safetensors.torch import load_file
+
+    from trace_agents.training.grpo import kept_weights
+
+    cfg = GRPOConfig(steps=6, groups_per_step=1, group_size=2, max_new_tokens=4, max_steps=1, lr=5e-2, lora_r=4,
+                     save_every=1, keep_every=2)
+    out = tmp_path / "run"
+    train(ShortEnv, "tiny-random", out, cfg)
+    kept = kept_weights(out / "kept")
+    assert sorted(kept) == [2, 4]  # the last step is out/adapter itself
+    assert sorted(p.name for p in (out / "checkpoints").iterdir()) == ["step_00005", "step_00006"]
+    weights = [load_file(kept[n] / "adapter" / "adapter_model.safetensors") for n in (2, 4)]
+    last = load_file(out / "adapter" / "adapter_model.safetensors")
+    assert any(not torch.equal(weights[0][k], weights[1][k]) for k in last)  # two different steps, not one copy
+    assert any(not torch.equal(weights[1][k], last[k]) for k in last)
+
+
 def test_kill_9_then_resume_finishes_with_every_step_once(tmp_path):
     out = tmp_path / "run"
     cmd = [sys.executable, "-m", "trace_agents.cli", "train", "--env", TOY, "--model", "tiny-random", "--out", str(out),

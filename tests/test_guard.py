@@ -1,4 +1,4 @@
-"""The collapse guard: a capability adapter worse than the shared adapter it started from is replaced."""
+"""The collapse guard: a capability adapter worse than an earlier step of its own or the shared adapter it started from is replaced."""
 
 import json
 
@@ -52,6 +52,34 @@ def test_an_adapter_as_good_as_the_shared_one_keeps_its_own_steps(tmp_path, scor
     assert not (out / "adapter_own").exists()
 
 
+def _kept(out, step, score):
+    return _adapter(out / "kept" / f"step_{step:05d}" / "adapter", score)
+
+
+def test_a_kept_earlier_step_that_scores_best_becomes_the_adapter(tmp_path, scored):
+    from trace_agents.training.guard import keep_better
+
+    init, out = _adapter(tmp_path / "_shared" / "adapter", 0.3), tmp_path / "cap"
+    _adapter(out / "adapter", 0.1)  # step 32 collapsed
+    _kept(out, 8, 0.4)
+    _kept(out, 16, 0.5)
+    g = keep_better(ShortEnv, "tiny-random", out, init, 4, max_steps=1, max_new_tokens=8)
+    assert g["kept"] == "step_16" and g["mean_reward"] == {"own": 0.1, "step_16": 0.5, "step_8": 0.4, "init": 0.3}
+    assert json.loads((out / "adapter" / "adapter_config.json").read_text())["score"] == 0.5
+    assert json.loads((out / "adapter_own" / "adapter_config.json").read_text())["score"] == 0.1
+    assert (out / "kept" / "step_00016" / "adapter").is_dir()  # copied, not moved: a rerun decides again
+
+
+def test_a_tie_goes_to_the_most_trained_candidate(tmp_path, scored):
+    from trace_agents.training.guard import keep_better
+
+    init, out = _adapter(tmp_path / "_shared" / "adapter", 0.5), tmp_path / "cap"
+    _adapter(out / "adapter", 0.2)
+    _kept(out, 8, 0.5)
+    _kept(out, 16, 0.5)
+    assert keep_better(ShortEnv, "tiny-random", out, init, 4, max_steps=1, max_new_tokens=8)["kept"] == "step_16"
+
+
 def test_the_own_step_options_need_a_shared_adapter():
     from pydantic import ValidationError
 
@@ -61,5 +89,8 @@ def test_the_own_step_options_need_a_shared_adapter():
         TrainingCfg(guard_seeds=8)
     with pytest.raises(ValidationError, match="set shared_steps > 0, or carry_optimizer: false"):
         TrainingCfg(carry_optimizer=True)
+    with pytest.raises(ValidationError, match="set guard_seeds > 0, or guard_every: 0"):
+        TrainingCfg(shared_steps=4, guard_every=8)
     assert "guard_seeds" not in str(TrainingCfg(shared_steps=4))  # old run folders keep their fingerprints
+    assert "guard_every" not in str(TrainingCfg(shared_steps=4, guard_seeds=8))
     assert "carry_optimizer" not in str(TrainingCfg(shared_steps=4))

@@ -227,12 +227,13 @@ def test_shared_steps_train_one_adapter_on_all_envs_that_every_capability_adapte
     import trace_agents.training.grpo as grpo
     from trace_agents.pipeline import TrainingCfg, _rollouts_spent, train_adapters
 
-    seen, moments = [], []
+    seen, moments, keeps = [], [], []
 
     def fake_train(make_env, model, out, config, **kw):
         env = make_env()
         seen.append((sorted(e.name for e in getattr(env, "envs", [env])), out.name, config.steps, config.init_adapter))
         moments.append(config.init_optimizer)
+        keeps.append(config.keep_every)
         (out / "adapter").mkdir(parents=True)
         (out / "adapter" / "adapter_config.json").write_text("{}")
         (out / "checkpoints" / f"step_{config.steps:05d}").mkdir(parents=True)
@@ -254,6 +255,15 @@ def test_shared_steps_train_one_adapter_on_all_envs_that_every_capability_adapte
     train_adapters(envs, "tiny-random", tmp_path / "carry", t.model_copy(update={"carry_optimizer": True}))
     assert moments == [None] + [str(tmp_path / "carry" / "_shared" / "checkpoints" / "step_00005")] * 2
     assert _rollouts_spent(t, t.shared_steps) == 10
+    # guard_every: the capability adapters (not the shared one) keep their earlier steps for the guard
+    import trace_agents.training.guard as guard
+
+    monkeypatch.setattr(guard, "mean_reward", lambda *a, **kw: 0.0)
+    keeps.clear()
+    logs = []
+    train_adapters(envs, "tiny-random", tmp_path / "kept", t.model_copy(update={"guard_seeds": 2, "guard_every": 1}), logs.append)
+    assert keeps == [0, 1, 1]
+    assert sum(m.endswith("held-out seeds: last step 0.000, shared 0.000 -> kept last step") for m in logs) == 2
 
 
 def test_a_shared_adapter_is_evaluated_as_a_system_with_its_own_rollouts(tmp_path):

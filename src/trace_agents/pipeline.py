@@ -108,11 +108,13 @@ class TrainingCfg(_Cfg):
                              "its own environment and keep the better (training/guard.py; 0: off). A target drill's "
                              "test seeds draw only the target's train tasks. These episodes train nothing and are not "
                              "counted as training rollouts.")
+    guard_every: int = Field(0, ge=0, description="With guard_seeds: also keep each capability adapter's weights every "
+                             "this many own steps and let the guard choose among them too (0: the last step only).")
     carry_optimizer: bool = Field(False, description="With shared_steps: each capability adapter's own steps start from "
                                   "the shared run's AdamW moments instead of a fresh AdamW (training/grpo.py init_optimizer; measured "
                                   "once, no better: README, session 20).")
 
-    _quiet_at_default = frozenset({"guard_seeds", "carry_optimizer"})
+    _quiet_at_default = frozenset({"guard_seeds", "guard_every", "carry_optimizer"})
 
     @model_validator(mode="after")
     def _own_step_options_need_a_shared_adapter(self) -> "TrainingCfg":
@@ -120,6 +122,8 @@ class TrainingCfg(_Cfg):
                                  ("carry_optimizer", "false", "starts each capability adapter from the shared run's optimizer")):
             if getattr(self, option) and not self.shared_steps:
                 raise ValueError(f"{option} {why}: set shared_steps > 0, or {option}: {off}")
+        if self.guard_every and not self.guard_seeds:
+            raise ValueError("guard_every keeps earlier steps for the guard to choose among: set guard_seeds > 0, or guard_every: 0")
         return self
 
 
@@ -388,7 +392,7 @@ def run_pipeline(config: RunConfig, resume: bool = True, log: Callable[[str], No
     t = config.training
     baseline = t.model_copy(update={"steps": max(1, round(spent / (t.group_size * t.groups_per_step))),
                                     "hint_fraction": 0.0, "shared_steps": 0, "guard_seeds": 0,
-                                    "carry_optimizer": False})
+                                    "guard_every": 0, "carry_optimizer": False})
     try:
         baseline_dir = stages.run("grpo_baseline", _at(config.dtype, [config.model, baseline, config.target]),
                                   lambda d: _train(make_target, model, d / "grpo", baseline, max_steps,
@@ -601,7 +605,7 @@ def train_adapters(envs: dict[str, Path], model: str, out: Path, t: TrainingCfg,
         raise DataError(f"{out / SHARED} has no finished checkpoint to carry the optimizer from; delete it and resume")
     for name, make_env in makers.items():
         _train(make_env, model, out / name, t, ENV_TURNS, lambda m: log(f"[adapters] {name} {m}"), init_adapter=init, dtype=dtype,
-               init_optimizer=moments and str(moments))
+               init_optimizer=moments and str(moments), keep_every=t.guard_every)
         if init and t.guard_seeds:
             _guard(make_env, model, out / name, Path(init), t, log, dtype)
 
@@ -611,15 +615,17 @@ def _guard(make_env, model: str, out: Path, init: Path, t: TrainingCfg, log: Cal
 
     g = keep_better(make_env, model, out, init, t.guard_seeds, max_steps=ENV_TURNS,
                     max_new_tokens=_grpo_config(t, ENV_TURNS).max_new_tokens, dtype=dtype)
-    log(f"[adapters] {out.name} guard on {g['seeds']} held-out seeds: own {g['mean_reward']['own']:.3f}, "
-        f"shared {g['mean_reward']['init']:.3f} -> kept {'its own steps' if g['kept'] == 'own' else 'the shared adapter'}")
+    label = {"own": "last step", "init": "shared"}  # and step_N for a kept step (training.guard_every)
+    scores = ", ".join(f"{label.get(k, k)} {v:.3f}" for k, v in g["mean_reward"].items())
+    log(f"[adapters] {out.name} guard on {g['seeds']} held-out seeds: {scores} -> kept {label.get(g['kept'], g['kept'])}")
 
 
 def _train(make_env, model: str, out: Path, t: TrainingCfg, max_steps: int, log: Callable[[str], None],
-           init_adapter: str | None = None, dtype: str = "float32", init_optimizer: str | None = None) -> None:
+           init_adapter: str | None = None, dtype: str = "float32", init_optimizer: str | None = None, keep_every: int = 0) -> None:
     from trace_agents.training.grpo import train
 
-    config = _grpo_config(t, max_steps, init_adapter=init_adapter, init_optimizer=init_optimizer, dtype=dtype)
+    config = _grpo_config(t, max_steps, init_adapter=init_adapter, init_optimizer=init_optimizer, dtype=dtype,
+                          keep_every=keep_every)
     line = _step_line(config.steps)
     train(make_env, model, out, config, on_step=lambda m: log(line(m)))
 

@@ -89,6 +89,9 @@ class GRPOConfig:
     """Steps per reward epoch (the efficiency threshold tightens at each epoch's end)."""
     save_every: int = 5
     """Checkpoint every N steps (and at the end)."""
+    keep_every: int = 0
+    """Also keep the trained weights every N steps before the last in out/kept/step_N/ (never pruned, unlike
+    checkpoints: candidates for training/guard.py; 0: none)."""
     max_grad_norm: float = 1.0
     seed: int = 0
     dtype: str = "float32"
@@ -103,6 +106,7 @@ class GRPOConfig:
             "inner_epochs": self.inner_epochs >= 1, "micro_batch": self.micro_batch >= 1,
             "micro_tokens": self.micro_tokens >= 1,
             "hint_fraction": 0 <= self.hint_fraction <= 1, "save_every": self.save_every >= 1,
+            "keep_every": self.keep_every >= 0,
             "scale_rewards": self.scale_rewards in ("group", "none"),
             "reward": self.reward in ("verifier", "trace-efficiency"), "epoch_steps": self.epoch_steps >= 1,
             "dtype": self.dtype in DTYPES,
@@ -338,6 +342,25 @@ def save_checkpoint(folder: Path, trainee: Trainee, optimizer, step: int, rng: r
         shutil.rmtree(old, ignore_errors=True)
 
 
+KEPT = "kept"  # run_grpo's folder of weights kept every config.keep_every steps
+
+
+def keep_weights(folder: Path, trainee: Trainee, step: int) -> Path:
+    """The trained weights alone in `folder/step_N/<artifact>`, written whole or not at all."""
+    final, tmp = folder / f"step_{step:05d}", folder / f".tmp_step_{step:05d}"
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    trainee.save(tmp / trainee.artifact)
+    shutil.rmtree(final, ignore_errors=True)
+    tmp.rename(final)
+    return final
+
+
+def kept_weights(folder: Path) -> dict[int, Path]:
+    """Step -> weights folder of each kept step (keep_weights) under `folder`."""
+    return {int(p.name.split("_")[1]): p for p in sorted(folder.glob("step_*"))}
+
+
 def latest_checkpoint(folder: Path) -> Path | None:
     done = sorted(p for p in folder.glob("step_*") if (p / "train_state.json").exists())
     return done[-1] if done else None
@@ -473,7 +496,10 @@ def run_grpo(make_env: Callable[[], Env], trainee: Trainee, out: str | Path, con
         release_memory()  # the step's freed sampling and backward buffers (GBs), before the next step or stage
         if on_step:
             on_step(record)
-        if step % config.save_every == 0 or step == config.steps:
+        kept = config.keep_every and step % config.keep_every == 0 and step < config.steps
+        if kept:  # before the checkpoint: a crash between the two redoes this step and keeps it again
+            keep_weights(out / KEPT, trainee, step)
+        if kept or step % config.save_every == 0 or step == config.steps:
             save_checkpoint(out / "checkpoints", trainee, optimizer, step, rng, efficiency)
     board.close()
     final = latest_checkpoint(out / "checkpoints")

@@ -1,4 +1,4 @@
-"""Keep the better of a capability adapter and the adapter it started from (`training.guard_seeds`).
+"""Keep the best of a capability adapter, its kept earlier steps and the adapter it started from (`training.guard_seeds`).
 
 Why: nothing in GRPO stops an adapter from training into a worse policy. On seed 3 of the 1,536-rollout
 table (README) the function_selection adapter's 16 own steps after the shared adapter took it from 32% to
@@ -32,24 +32,33 @@ def mean_reward(make_env: Callable[[], Env], model: str, adapter: Path, seeds: l
 
 def keep_better(make_env: Callable[[], Env], model: str, out: Path, init: Path, n_seeds: int, *, max_steps: int,
                 max_new_tokens: int, dtype: str = "float32") -> dict:
-    """Score `out/adapter` and `init` on the first `n_seeds` test seeds of `make_env()`; when `init` scores
-    higher it becomes `out/adapter` (the trained one is kept as `out/adapter_own`). A tie keeps the trained
-    one. Writes and returns `out/guard.json`.
+    """Score `out/adapter`, the weights its run kept on the way (`out/kept/step_N`, GRPOConfig.keep_every)
+    and `init` on the first `n_seeds` test seeds of `make_env()`; the best becomes `out/adapter` (the
+    trained one is kept as `out/adapter_own`). A tie goes to the most trained: own, then the latest kept
+    step, then init. Writes and returns `out/guard.json`.
+
+    Why the kept steps: 16 more own steps of a function_selection expert added 3 and 6 points on the dev
+    split on two seeds and collapsed it from 50% to 15% on a third (README, session 25); the drill score
+    moved the same way all three times, so the best of several steps keeps the gains without the collapse.
 
     Safe to rerun after a crash: training resumed on a finished folder restores `out/adapter` from its
     last checkpoint, and the guard decides again on the same greedy episodes."""
+    from trace_agents.training.grpo import KEPT, kept_weights
+
     seeds = make_env().seeds("test")[:n_seeds]
     if not seeds:
         raise ValueError(f"{make_env().name} has no test seeds to guard an adapter with; set training.guard_seeds: 0")
     adapter = out / "adapter"
+    steps = sorted(kept_weights(out / KEPT).items(), reverse=True)
+    candidates = {"own": adapter, **{f"step_{n}": folder / "adapter" for n, folder in steps}, "init": init}
     score = {which: mean_reward(make_env, model, path, seeds, max_steps=max_steps, max_new_tokens=max_new_tokens,
-                                dtype=dtype) for which, path in (("own", adapter), ("init", init))}
-    kept = "init" if score["init"] > score["own"] else "own"
-    if kept == "init":
+                                dtype=dtype) for which, path in candidates.items()}
+    kept = max(candidates, key=score.__getitem__)  # the first best in order of preference
+    if kept != "own":
         own = out / "adapter_own"
         shutil.rmtree(own, ignore_errors=True)
         adapter.rename(own)
-        shutil.copytree(init, adapter)
+        shutil.copytree(candidates[kept], adapter)
     # the init adapter by its run folder's name (`_shared`): a stage folder is renamed when it finishes
     report = {"seeds": len(seeds), "split": "test", "mean_reward": score, "kept": kept, "init": init.parent.name}
     write_json(out / GUARD_FILE, report)
