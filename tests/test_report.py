@@ -43,6 +43,8 @@ def test_full_run_renders_every_section(run):
     assert "out of band: degenerate_fraction" in sections(html)["environments"]
     # the fixture's GRPO baseline drops one of its 2 groups on odd steps (30 of its 60): 90 of 120 kept
     assert "groups with a reward spread: 90 of 120 (75%)" in sections(html)["training"]
+    assert f"<td>{fixture.SELECTED[0]}</td><td>64</td><td>last step 0.080, step_16 0.500, shared 0.300</td><td>step_16</td>" \
+        in sections(html)["training"]
     # scatter, 3 adapters + GRPO curves, evaluation bars, gate curves, routing bars: all real PNGs
     images = re.findall(r'src="data:image/png;base64,([^"]+)"', html)
     assert len(images) == 8

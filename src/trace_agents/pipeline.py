@@ -611,13 +611,12 @@ def train_adapters(envs: dict[str, Path], model: str, out: Path, t: TrainingCfg,
 
 
 def _guard(make_env, model: str, out: Path, init: Path, t: TrainingCfg, log: Callable[[str], None], dtype: str) -> None:
-    from trace_agents.training.guard import keep_better
+    from trace_agents.training.guard import in_words, keep_better
 
     g = keep_better(make_env, model, out, init, t.guard_seeds, max_steps=ENV_TURNS,
                     max_new_tokens=_grpo_config(t, ENV_TURNS).max_new_tokens, dtype=dtype)
-    label = {"own": "last step", "init": "shared"}  # and step_N for a kept step (training.guard_every)
-    scores = ", ".join(f"{label.get(k, k)} {v:.3f}" for k, v in g["mean_reward"].items())
-    log(f"[adapters] {out.name} guard on {g['seeds']} held-out seeds: {scores} -> kept {label.get(g['kept'], g['kept'])}")
+    scores, kept = in_words(g)
+    log(f"[adapters] {out.name} guard on {g['seeds']} held-out seeds: {scores} -> kept {kept}")
 
 
 def _train(make_env, model: str, out: Path, t: TrainingCfg, max_steps: int, log: Callable[[str], None],

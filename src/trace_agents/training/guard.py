@@ -17,6 +17,13 @@ from trace_agents.envs.base import Env
 from trace_agents.types import write_json
 
 GUARD_FILE = "guard.json"
+_LABELS = {"own": "last step", "init": "shared"}  # and step_N for a kept step
+
+
+def in_words(report: dict) -> tuple[str, str]:
+    """A guard.json's scores and kept candidate for people: ("last step 0.410, step_16 0.330, shared 0.300", "step_16")."""
+    scores = ", ".join(f"{_LABELS.get(k, k)} {v:.3f}" for k, v in report["mean_reward"].items())
+    return scores, _LABELS.get(report["kept"], report["kept"])
 
 
 def mean_reward(make_env: Callable[[], Env], model: str, adapter: Path, seeds: list[int], *, max_steps: int,
