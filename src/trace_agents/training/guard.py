@@ -46,7 +46,9 @@ def keep_better(make_env: Callable[[], Env], model: str, out: Path, init: Path, 
 
     Why the kept steps: 16 more own steps of a function_selection expert added 3 and 6 points on the dev
     split on two seeds and collapsed it from 50% to 15% on a third (README, session 25); the drill score
-    moved the same way all three times, so the best of several steps keeps the gains without the collapse.
+    moved the same way all three times. Within the same budget (32 shared + 32 own steps, guard at 16 and 32;
+    README, session 26) it did worse than 64 + 16 on two seeds, and on one its drill score rose while the
+    composed model's invalid-JSON replies on the target went from 4 to 21: the drill seeds cannot see that.
 
     Safe to rerun after a crash: training resumed on a finished folder restores `out/adapter` from its
     last checkpoint, and the guard decides again on the same greedy episodes."""
