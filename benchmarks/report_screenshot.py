@@ -110,8 +110,13 @@ def write_fixture_run(root: Path) -> Path:
     for k, name in enumerate(SELECTED):
         _jsonl(stages["adapters"] / name / "metrics.jsonl", _metrics(rng, 20, 0.3 + 0.05 * k, 0.35))
     write_json(stages["adapters"] / SELECTED[0] / "guard.json", {  # training.guard_every: a kept step won
-        "seeds": 64, "split": "test", "mean_reward": {"own": 0.08, "step_16": 0.5, "init": 0.3}, "kept": "step_16", "init": "_shared"})
+        "probes": {"drills": {"split": "test", "seeds": 64, "mean_reward": {"own": 0.08, "step_16": 0.5, "init": 0.3}},
+                   "target": {"split": "train", "seeds": 32, "mean_reward": {"own": 0.25, "step_16": 0.44, "init": 0.38}}},
+        "mean_reward": {"own": 0.33, "step_16": 0.94, "init": 0.68}, "kept": "step_16", "init": "_shared"})
     _jsonl(stages["grpo_baseline"] / "grpo" / "metrics.jsonl", _metrics(rng, 60, 0.35, 0.15))
+    write_json(stages["grpo_baseline"] / "grpo" / "guard.json", {  # training.guard_target: the baseline's choice
+        "probes": {"target": {"split": "train", "seeds": 32, "mean_reward": {"own": 0.41, "step_32": 0.47}}},
+        "mean_reward": {"own": 0.41, "step_32": 0.47}, "kept": "step_32", "init": None})
 
     history = [{"step": s, "loss": round(1.1 * 0.96 ** s + 0.05, 4), "accuracy": round(1 - 0.7 * 0.95 ** s, 4)} for s in range(1, 51)]
     composed = stages["compose"] / "composed"  # where the pipeline's compose stage writes them

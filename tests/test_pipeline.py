@@ -263,7 +263,7 @@ def test_shared_steps_train_one_adapter_on_all_envs_that_every_capability_adapte
     logs = []
     train_adapters(envs, "tiny-random", tmp_path / "kept", t.model_copy(update={"guard_seeds": 2, "guard_every": 1}), logs.append)
     assert keeps == [0, 1, 1]
-    assert sum(m.endswith("held-out seeds: last step 0.000, shared 0.000 -> kept last step") for m in logs) == 2
+    assert sum(m.endswith("guard on 2 test seeds of drills: last step 0.000, shared 0.000 -> kept last step") for m in logs) == 2
 
 
 def test_a_shared_adapter_is_evaluated_as_a_system_with_its_own_rollouts(tmp_path):
@@ -320,10 +320,25 @@ def test_another_training_seed_reuses_the_stages_it_does_not_reach_and_a_recipe_
     assert (seeded.run_dir / "04_adapters" / "_shared" / "adapter").is_dir()
     for name in summary["capabilities"]:
         guard = json.loads((seeded.run_dir / "04_adapters" / name / "guard.json").read_text())
-        assert guard["seeds"] == 2 and guard["kept"] in ("own", "init")
+        assert guard["probes"]["drills"]["seeds"] == 2 and guard["kept"] in ("own", "init")
         assert (seeded.run_dir / "04_adapters" / name / "adapter" / "adapter_config.json").exists()
-    assert sum("guard on 2 held-out seeds" in m for m in logs) == len(summary["capabilities"])
+    assert sum("guard on 2 test seeds of drills:" in m for m in logs) == len(summary["capabilities"])
     assert summary["rollouts_per_system"] == 2 * len(summary["capabilities"]) + 2
+
+    # guard_target: the guard adds the target's train tasks, and the baseline gets the same choice among its steps
+    probed = recipe.model_copy(update={"training": recipe.training.model_copy(update={"guard_target": 2, "guard_every": 1})})
+    logs.clear()
+    run_pipeline(probed, log=logs.append)
+    assert [m.split("]")[0][1:] for m in logs if m.endswith("running")] == ["adapters", "grpo_baseline", "compose", "evaluation"]
+    baseline_steps = summary["rollouts_per_system"] // 2
+    grpo = json.loads((seeded.run_dir / "05_grpo_baseline" / "grpo" / "guard.json").read_text())
+    assert list(grpo["probes"]) == ["target"] and grpo["probes"]["target"]["split"] == "train" and grpo["init"] is None
+    assert list(grpo["mean_reward"]) == ["own", *(f"step_{n}" for n in range(baseline_steps - 1, 0, -1))]
+    for name in summary["capabilities"]:
+        guard = json.loads((seeded.run_dir / "04_adapters" / name / "guard.json").read_text())
+        assert list(guard["probes"]) == ["drills", "target"] and guard["probes"]["target"]["seeds"] == 2
+    assert sum("guard on 2 test seeds of drills + 2 train seeds of target:" in m for m in logs) == len(summary["capabilities"])
+    assert sum(m.startswith("[grpo_baseline] grpo guard on 2 train seeds of target:") for m in logs) == 1
 
 
 def test_seeds_pool_into_mean_success_and_p_values_over_their_shared_tasks(tmp_path):

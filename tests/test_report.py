@@ -43,8 +43,10 @@ def test_full_run_renders_every_section(run):
     assert "out of band: degenerate_fraction" in sections(html)["environments"]
     # the fixture's GRPO baseline drops one of its 2 groups on odd steps (30 of its 60): 90 of 120 kept
     assert "groups with a reward spread: 90 of 120 (75%)" in sections(html)["training"]
-    assert f"<td>{fixture.SELECTED[0]}</td><td>64</td><td>last step 0.080, step_16 0.500, shared 0.300</td><td>step_16</td>" \
-        in sections(html)["training"]
+    training = sections(html)["training"]
+    assert (f"<td>{fixture.SELECTED[0]}</td><td>64 test seeds of drills + 32 train seeds of target</td>"
+            "<td>last step 0.080+0.250, step_16 0.500+0.440, shared 0.300+0.380</td><td>step_16</td>") in training
+    assert "<td>grpo</td><td>32 train seeds of target</td><td>last step 0.410, step_32 0.470</td><td>step_32</td>" in training
     # scatter, 3 adapters + GRPO curves, evaluation bars, gate curves, routing bars: all real PNGs
     images = re.findall(r'src="data:image/png;base64,([^"]+)"', html)
     assert len(images) == 8

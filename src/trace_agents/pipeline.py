@@ -110,11 +110,15 @@ class TrainingCfg(_Cfg):
                              "counted as training rollouts.")
     guard_every: int = Field(0, ge=0, description="With guard_seeds: also keep each capability adapter's weights every "
                              "this many own steps and let the guard choose among them too (0: the last step only).")
+    guard_target: int = Field(0, ge=0, description="With guard_seeds: the guard also scores each candidate on this many "
+                              "of the target's train tasks (greedy, the evaluation's max_new_tokens) and keeps the best sum "
+                              "of the two mean rewards. To keep the comparison fair the GRPO baseline then also keeps its "
+                              "weights every guard_every steps and keeps the best of them on the same tasks (0: off).")
     carry_optimizer: bool = Field(False, description="With shared_steps: each capability adapter's own steps start from "
                                   "the shared run's AdamW moments instead of a fresh AdamW (training/grpo.py init_optimizer; measured "
                                   "once, no better: README, session 20).")
 
-    _quiet_at_default = frozenset({"guard_seeds", "guard_every", "carry_optimizer"})
+    _quiet_at_default = frozenset({"guard_seeds", "guard_every", "guard_target", "carry_optimizer"})
 
     @model_validator(mode="after")
     def _own_step_options_need_a_shared_adapter(self) -> "TrainingCfg":
@@ -122,8 +126,10 @@ class TrainingCfg(_Cfg):
                                  ("carry_optimizer", "false", "starts each capability adapter from the shared run's optimizer")):
             if getattr(self, option) and not self.shared_steps:
                 raise ValueError(f"{option} {why}: set shared_steps > 0, or {option}: {off}")
-        if self.guard_every and not self.guard_seeds:
-            raise ValueError("guard_every keeps earlier steps for the guard to choose among: set guard_seeds > 0, or guard_every: 0")
+        for option, what in (("guard_every", "keeps earlier steps for the guard to choose among"),
+                             ("guard_target", "adds the target's train tasks to the guard's score")):
+            if getattr(self, option) and not self.guard_seeds:
+                raise ValueError(f"{option} {what}: set guard_seeds > 0, or {option}: 0")
         return self
 
 
@@ -382,8 +388,11 @@ def run_pipeline(config: RunConfig, resume: bool = True, log: Callable[[str], No
     envs = _valid_envs(synthesis_dir, analysis_dir, config.analysis)
 
     # with config.parallel the adapters train in a second process while this one trains the GRPO baseline
-    adapters_dir, adapters = stages.start("adapters", _at(config.dtype, [config.training, sorted(envs)]), train_adapters,
-                                          {"envs": envs, "model": model, "t": config.training, "dtype": config.dtype},
+    target_probe = _target_probe(config, max_steps)
+    probed = [target_probe.max_new_tokens] if target_probe else []  # quiet when off: old run folders keep their prints
+    adapters_dir, adapters = stages.start("adapters", _at(config.dtype, [config.training, sorted(envs), *probed]), train_adapters,
+                                          {"envs": envs, "model": model, "t": config.training, "dtype": config.dtype,
+                                           "target": target_probe},
                                           background=config.parallel)
     adapters_spent = _rollouts_spent(config.training) * len(envs) + _rollouts_spent(config.training, config.training.shared_steps)
     spent = adapters_spent + _rollouts_spent(config.training, config.compose.gate_grpo_steps)
@@ -393,10 +402,19 @@ def run_pipeline(config: RunConfig, resume: bool = True, log: Callable[[str], No
     baseline = t.model_copy(update={"steps": max(1, round(spent / (t.group_size * t.groups_per_step))),
                                     "hint_fraction": 0.0, "shared_steps": 0, "guard_seeds": 0,
                                     "guard_every": 0, "carry_optimizer": False})
+    # with the guard on the target's train tasks, the baseline gets the same choice among its kept steps
+    keep = {"keep_every": t.guard_every} if target_probe else {}
+
+    def grpo_baseline(d: Path) -> None:
+        _train(make_target, model, d / "grpo", baseline, max_steps, lambda m: log(f"[grpo_baseline] {m}"),
+               dtype=config.dtype, **keep)
+        if target_probe:
+            _guard(model, d / "grpo", None, {"target": target_probe}, log, config.dtype, stage="grpo_baseline")
+
     try:
-        baseline_dir = stages.run("grpo_baseline", _at(config.dtype, [config.model, baseline, config.target]),
-                                  lambda d: _train(make_target, model, d / "grpo", baseline, max_steps,
-                                                   lambda m: log(f"[grpo_baseline] {m}"), dtype=config.dtype), reads=("warmup",))
+        baseline_dir = stages.run("grpo_baseline", _at(config.dtype, [config.model, baseline, config.target,
+                                                                      *([keep, target_probe.n] if target_probe else [])]),
+                                  grpo_baseline, reads=("warmup",))
         adapters.wait()
     except BaseException:
         adapters.cancel()
@@ -577,8 +595,17 @@ SHARED = "_shared"  # the shared adapter's folder in the adapters stage (trainin
 ENV_TURNS = 8  # assistant turns per episode at most in a capability env, in training and in the guard
 
 
+def _target_probe(config: RunConfig, max_steps: int):
+    """The guard's probe on the target's train tasks (training.guard_target), scored as the evaluation scores
+    the test tasks; None when off."""
+    from trace_agents.training.guard import Probe
+
+    n = config.training.guard_target
+    return Probe(config.target, "train", n, max_steps, config.evaluation.max_new_tokens) if n else None
+
+
 def train_adapters(envs: dict[str, Path], model: str, out: Path, t: TrainingCfg, log: Callable[[str], None] = print,
-                   dtype: str = "float32") -> None:
+                   dtype: str = "float32", target=None) -> None:
     """One adapter per capability env in `out/<name>/adapter`. With `t.shared_steps`, one adapter is
     first trained on all the envs mixed (`out/_shared`) and each capability adapter starts from it.
 
@@ -586,7 +613,8 @@ def train_adapters(envs: dict[str, Path], model: str, out: Path, t: TrainingCfg,
     adapters trained apart and composed solved 38% of held-out tasks, one adapter on both drills with
     the same rollouts 51%. Starting every expert from the shared adapter keeps what they have in
     common out of the split budget; the per-capability steps then specialise it. With `t.guard_seeds`, a
-    capability adapter whose own steps made it worse on held-out seeds of its env is replaced by the shared one."""
+    capability adapter whose own steps made it worse on held-out seeds of its env (and, with `target`, a
+    guard.Probe, on the target's train tasks) is replaced by the shared one or a kept earlier step."""
     from trace_agents.envs.base import resolve_env
     from trace_agents.envs.mixture import MixtureEnv
     from trace_agents.training.grpo import latest_checkpoint
@@ -607,16 +635,18 @@ def train_adapters(envs: dict[str, Path], model: str, out: Path, t: TrainingCfg,
         _train(make_env, model, out / name, t, ENV_TURNS, lambda m: log(f"[adapters] {name} {m}"), init_adapter=init, dtype=dtype,
                init_optimizer=moments and str(moments), keep_every=t.guard_every)
         if init and t.guard_seeds:
-            _guard(make_env, model, out / name, Path(init), t, log, dtype)
+            from trace_agents.training.guard import Probe
+
+            drills = Probe(make_env, "test", t.guard_seeds, ENV_TURNS, _grpo_config(t, ENV_TURNS).max_new_tokens)
+            _guard(model, out / name, Path(init), {"drills": drills, **({"target": target} if target else {})}, log, dtype)
 
 
-def _guard(make_env, model: str, out: Path, init: Path, t: TrainingCfg, log: Callable[[str], None], dtype: str) -> None:
+def _guard(model: str, out: Path, init: Path | None, probes: dict, log: Callable[[str], None], dtype: str,
+           stage: str = "adapters") -> None:
     from trace_agents.training.guard import in_words, keep_better
 
-    g = keep_better(make_env, model, out, init, t.guard_seeds, max_steps=ENV_TURNS,
-                    max_new_tokens=_grpo_config(t, ENV_TURNS).max_new_tokens, dtype=dtype)
-    scores, kept = in_words(g)
-    log(f"[adapters] {out.name} guard on {g['seeds']} held-out seeds: {scores} -> kept {kept}")
+    on, scores, kept = in_words(keep_better(model, out, init, probes, dtype))
+    log(f"[{stage}] {out.name} guard on {on}: {scores} -> kept {kept}")
 
 
 def _train(make_env, model: str, out: Path, t: TrainingCfg, max_steps: int, log: Callable[[str], None],

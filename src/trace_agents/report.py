@@ -269,23 +269,24 @@ def _training(run_dir: Path) -> str:
     parts = [one(f"adapter: {d.name}", d / "metrics.jsonl") for d in sorted(adapters.iterdir()) if d.is_dir()] if adapters else []
     if not parts:
         parts.append("<h3>Adapters</h3>" + _not_run("adapters", "<capability>/metrics.jsonl"))
-    if adapters:
-        parts.append(_guards(adapters))
     grpo = _stage(run_dir, "grpo_baseline")
     parts.append(one("GRPO baseline (target train split)", grpo / "grpo" / "metrics.jsonl") if grpo
                  else "<h3>GRPO baseline</h3>" + _not_run("grpo_baseline", "grpo/metrics.jsonl"))
+    guarded = ([d for d in sorted(adapters.iterdir()) if d.is_dir()] if adapters else []) + ([grpo / "grpo"] if grpo else [])
+    parts.append(_guards(guarded))
     return "".join(parts)
 
 
-def _guards(adapters: Path) -> str:
-    """Each capability adapter's guard decision (training.guard_seeds): the candidates' mean greedy reward
-    on held-out seeds of its env and the one kept."""
+def _guards(folders: list[Path]) -> str:
+    """Each guard decision (training.guard_seeds, guard_target): the candidates' mean greedy rewards on
+    each probe and the one kept."""
     from trace_agents.training.guard import GUARD_FILE, in_words
 
-    rows = [[d.name, g["seeds"], *in_words(g)] for d in sorted(adapters.iterdir()) if (g := _json(d / GUARD_FILE))]
+    rows = [[d.name, *in_words(g)] for d in folders if (g := _json(d / GUARD_FILE))]
     if not rows:
         return ""
-    return "<h3>Guard (held-out seeds of each adapter's env)</h3>" + _table(["adapter", "seeds", "mean reward", "kept"], rows)
+    return "<h3>Guard (greedy episodes on held-out seeds; the best sum is kept)</h3>" + _table(
+        ["adapter", "scored on", "mean reward", "kept"], rows)
 
 
 def _evaluation(run_dir: Path) -> str:
