@@ -15,11 +15,14 @@ import shutil
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, ClassVar, Literal
+from typing import TYPE_CHECKING, Any, Callable, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from trace_agents.types import DataError, read_jsonl, write_json, write_jsonl
+
+if TYPE_CHECKING:  # the guard imports the env base: not at run time in the config module
+    from trace_agents.training.guard import Probe
 
 
 class _Cfg(BaseModel):
@@ -595,7 +598,7 @@ SHARED = "_shared"  # the shared adapter's folder in the adapters stage (trainin
 ENV_TURNS = 8  # assistant turns per episode at most in a capability env, in training and in the guard
 
 
-def _target_probe(config: RunConfig, max_steps: int):
+def _target_probe(config: RunConfig, max_steps: int) -> Probe | None:
     """The guard's probe on the target's train tasks (training.guard_target), scored as the evaluation scores
     the test tasks; None when off."""
     from trace_agents.training.guard import Probe
@@ -605,7 +608,7 @@ def _target_probe(config: RunConfig, max_steps: int):
 
 
 def train_adapters(envs: dict[str, Path], model: str, out: Path, t: TrainingCfg, log: Callable[[str], None] = print,
-                   dtype: str = "float32", target=None) -> None:
+                   dtype: str = "float32", target: Probe | None = None) -> None:
     """One adapter per capability env in `out/<name>/adapter`. With `t.shared_steps`, one adapter is
     first trained on all the envs mixed (`out/_shared`) and each capability adapter starts from it.
 
@@ -641,7 +644,7 @@ def train_adapters(envs: dict[str, Path], model: str, out: Path, t: TrainingCfg,
             _guard(model, out / name, Path(init), {"drills": drills, **({"target": target} if target else {})}, log, dtype)
 
 
-def _guard(model: str, out: Path, init: Path | None, probes: dict, log: Callable[[str], None], dtype: str,
+def _guard(model: str, out: Path, init: Path | None, probes: dict[str, Probe], log: Callable[[str], None], dtype: str,
            stage: str = "adapters") -> None:
     from trace_agents.training.guard import in_words, keep_better
 
