@@ -113,6 +113,18 @@ def test_without_a_start_adapter_the_guard_chooses_among_the_trained_steps(tmp_p
     assert g["kept"] == "step_8" and list(g["mean_reward"]) == ["own", "step_8"] and g["init"] is None
 
 
+def test_a_probe_with_no_seeds_names_the_option_to_switch_off():
+    from trace_agents.training.guard import Probe
+
+    class NoTrain(ShortEnv):
+        def seeds(self, split):
+            return [] if split == "train" else super().seeds(split)
+
+    assert Probe(NoTrain, "test", 4, 1, 8).seeds() == ShortEnv().seeds("test")[:4]
+    with pytest.raises(ValueError, match="toy/short has no train seeds .* guard_target: 0"):
+        Probe(NoTrain, "train", 4, 1, 8).seeds()
+
+
 def test_a_guard_file_from_before_probes_still_reads():
     from trace_agents.training.guard import in_words
 

@@ -285,7 +285,7 @@ def _guards(folders: list[Path]) -> str:
     rows = [[d.name, *in_words(g)] for d in folders if (g := _json(d / GUARD_FILE))]
     if not rows:
         return ""
-    return "<h3>Guard (greedy episodes on held-out seeds; the best sum is kept)</h3>" + _table(
+    return "<h3>Guard (greedy episodes; the best sum of mean rewards is kept)</h3>" + _table(
         ["adapter", "scored on", "mean reward", "kept"], rows)
 
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Union
+from typing import Callable
 
 from trace_agents.envs.base import Env
 from trace_agents.types import write_json
@@ -27,7 +27,7 @@ class Probe:
     """Greedy episodes a guard scores every candidate on: the first `n` seeds of `split` of an env.
     `env` is an env spec (`resolve_env`; picklable, for a background stage) or a factory."""
 
-    env: Union[str, Callable[[], Env]]
+    env: str | Callable[[], Env]
     split: str
     n: int
     max_steps: int
@@ -42,7 +42,8 @@ class Probe:
         env = self.factory()()
         seeds = env.seeds(self.split)[: self.n]
         if not seeds:
-            raise ValueError(f"{env.name} has no {self.split} seeds to guard an adapter with; set training.guard_seeds: 0")
+            raise ValueError(f"{env.name} has no {self.split} seeds to guard an adapter with; switch off the option that "
+                             f"asked for them (training.guard_seeds: 0 for an env's test seeds, guard_target: 0 for the target's train tasks)")
         return seeds
 
 
