@@ -80,7 +80,8 @@ def keep_better(model: str, out: Path, init: Path | None, probes: dict[str, Prob
     moved the same way all three times. Within the same budget (32 shared + 32 own steps, guard at 16 and 32;
     README, session 26) it did worse than 64 + 16 on two seeds, and on one its drill score rose while the
     composed model's invalid-JSON replies on the target went from 4 to 21: the drill seeds cannot see that,
-    hence a probe on the target's train tasks at the evaluation's token budget (`training.guard_target`).
+    hence a probe on the target's train tasks at the evaluation's token budget (`training.guard_target`). On
+    its first seed (README, session 27) that probe agreed with the drills: it changed no decision.
 
     Safe to rerun after a crash: training resumed on a finished folder restores `out/adapter` from its
     last checkpoint, and the guard decides again on the same greedy episodes."""
