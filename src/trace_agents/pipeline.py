@@ -416,7 +416,7 @@ def run_pipeline(config: RunConfig, resume: bool = True, log: Callable[[str], No
 
     try:
         baseline_dir = stages.run("grpo_baseline", _at(config.dtype, [config.model, baseline, config.target,
-                                                                      *([keep, target_probe.n] if target_probe else [])]),
+                                                                      *([keep, target_probe] if target_probe else [])]),
                                   grpo_baseline, reads=("warmup",))
         adapters.wait()
     except BaseException:

@@ -266,14 +266,14 @@ def _training(run_dir: Path) -> str:
         return _curves(title, read_metrics(path) if path.exists() else [])
 
     adapters = _stage(run_dir, "adapters")
-    parts = [one(f"adapter: {d.name}", d / "metrics.jsonl") for d in sorted(adapters.iterdir()) if d.is_dir()] if adapters else []
+    folders = [d for d in sorted(adapters.iterdir()) if d.is_dir()] if adapters else []
+    parts = [one(f"adapter: {d.name}", d / "metrics.jsonl") for d in folders]
     if not parts:
         parts.append("<h3>Adapters</h3>" + _not_run("adapters", "<capability>/metrics.jsonl"))
     grpo = _stage(run_dir, "grpo_baseline")
     parts.append(one("GRPO baseline (target train split)", grpo / "grpo" / "metrics.jsonl") if grpo
                  else "<h3>GRPO baseline</h3>" + _not_run("grpo_baseline", "grpo/metrics.jsonl"))
-    guarded = ([d for d in sorted(adapters.iterdir()) if d.is_dir()] if adapters else []) + ([grpo / "grpo"] if grpo else [])
-    parts.append(_guards(guarded))
+    parts.append(_guards(folders + ([grpo / "grpo"] if grpo else [])))
     return "".join(parts)
 
 
