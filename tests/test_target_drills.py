@@ -53,10 +53,31 @@ def test_borrowed_tasks_add_train_material_but_nothing_of_the_target_test_split(
         assert split_of("simple_python")[i] == "train"
         assert simple[i]["question"][0][-1]["content"] not in test_requests
         assert not {f["name"] for f in simple[i]["function"]} & test_functions
-    with pytest.raises(ValueError, match="single-turn BFCL category"):
+    with pytest.raises(ValueError, match="borrow from"):
         drill(extra=("multi_turn_base",))
     with pytest.raises(ValueError, match="adds no clean train task"):
         drill(extra=("parallel",))  # its train tasks all want several calls
+
+
+@pytest.mark.parametrize("drill", DRILLS)
+def test_live_tasks_are_borrowed_only_when_small_and_answerable(drill):
+    # live_multiple's ids are not numbered ("live_multiple_5-3-0"), half its tasks offer 5-37 functions,
+    # and a few answers cannot pass BFCL's own checker (a param the schema lacks, no accepted value)
+    env = drill(0.5, fresh=True, extra=("live_simple", "live_multiple"))
+    live = load_category("live_multiple")[0]
+    borrowed = [i for i in env.ids if i.startswith("live_multiple_")]
+    assert 100 < len(borrowed) < sum(s == "train" for s in split_of("live_multiple").values()) / 2
+    assert all(len(live[i]["function"]) <= 4 for i in borrowed)
+    assert "live_multiple_964-207-0" not in env.ids and "live_simple_112-68-0" not in env.ids  # unanswerable
+    seen = set()
+    for seed in range(300):
+        env.reset(seed)
+        seen.add(_task_of(env).rsplit("_", 1)[0])
+        env.step(assistant(call(*env.reference()[0])))
+        assert env.verdict().success, _task_of(env)
+    assert seen == {"multiple", "live_simple", "live_multiple"}
+    with pytest.raises(ValueError, match="borrow from"):
+        drill(extra=("live_irrelevance",))
 
 
 def test_same_seed_same_request_at_any_difficulty_and_more_distractors_when_harder():

@@ -68,9 +68,10 @@ class SynthesisCfg(_Cfg):
                                   "groups still teach; 0: BFCL's 0/1 reward. Success is always BFCL's verdict.")
     fresh: bool = Field(False, description="Drills (source: target) vary each train task procedurally: new values in "
                         "the request and its answer, look-alike sibling functions of the right one.")
-    extra_categories: list[Literal["simple_python", "multiple"]] = Field(
+    extra_categories: list[Literal["simple_python", "multiple", "live_simple", "live_multiple"]] = Field(
         default_factory=list, description="Drills (source: target) also draw the train tasks of these single-turn BFCL "
-        "categories, leaving out any that offers a function of the target's test split or repeats one of its requests.")
+        "categories, leaving out any that offers a function of the target's test split or repeats one of its requests "
+        "(and, borrowed, any offering more than 4 functions or 2,000 characters of schema).")
     offer_like_target: bool = Field(False, description="Every single-turn environment (drills and catalog families) offers "
                                     "as many functions as the target's train tasks do, never the answer's function alone.")
 

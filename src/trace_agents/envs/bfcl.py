@@ -30,6 +30,9 @@ from trace_agents.types import Message, Verdict
 
 CATEGORIES = ("simple_python", "multiple", "parallel", "multi_turn_base")
 SINGLE_TURN = tuple(c for c in CATEGORIES if not c.startswith("multi_turn"))
+# Categories whose train tasks the target drills may borrow (synthesis/target_drills.py). The live ones
+# (user-contributed requests, one call each) are not envs of their own: their ids are not numbered seeds.
+BORROWABLE = (*SINGLE_TURN, "live_simple", "live_multiple")
 MAX_STEPS_PER_TURN = 20  # BFCL's own MAXIMUM_STEP_LIMIT
 
 
@@ -193,7 +196,7 @@ class BfclEnv:
     def reset(self, seed: int) -> list[Message]:
         return self._open(self.category, seed)
 
-    def _open(self, category: str, seed: int) -> list[Message]:
+    def _open(self, category: str, seed: int | str) -> list[Message]:
         """Start task `seed` of `category` (the env's own, or for drills a category they borrow from)."""
         entries, answers = load_category(category)
         self.task_id = f"{category}_{seed}"

@@ -14,7 +14,7 @@ from functools import cache, partial
 from pathlib import Path
 from typing import Any, Callable
 
-from trace_agents.envs.bfcl import SINGLE_TURN
+from trace_agents.envs.bfcl import BORROWABLE, SINGLE_TURN
 from trace_agents.synthesis import builtin_families, target_families
 from trace_agents.types import DataError, atomic_write_text, write_json
 
@@ -58,8 +58,8 @@ class Drills:
             raise DataError(f"unknown environment source {self.source!r}; choose one of {', '.join(SOURCES)}")
         if not 0 <= self.partial_credit < 1:
             raise DataError(f"partial_credit must be in [0, 1) so a right answer pays most, got {self.partial_credit}")
-        if unknown := [c for c in self.extra if c not in SINGLE_TURN]:
-            raise DataError(f"extra categories {unknown} are not single-turn BFCL categories; choose from {', '.join(SINGLE_TURN)}")
+        if unknown := [c for c in self.extra if c not in BORROWABLE]:
+            raise DataError(f"extra categories {unknown} are not single-turn BFCL categories; choose from {', '.join(BORROWABLE)}")
         if self.source != "target" and (self.partial_credit or self.fresh or self.extra):
             option = "partial_credit" if self.partial_credit else "fresh" if self.fresh else "extra"
             raise DataError(f"{option} applies to the drills on the target's train tasks; set source 'target' too")

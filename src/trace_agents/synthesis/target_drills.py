@@ -22,7 +22,9 @@ categories' train tasks with one reference call, in the same format: more reques
 the target's ~100 train tasks, which the plain-GRPO baseline trains on too. BFCL builds `multiple` from
 `simple` requests (43 of its 100 test requests are word for word simple_python ones), so a borrowed
 task is left out when it offers a function of the target's test split or its request shares >= 60%
-of its words with a test request.
+of its words with a test request. The live categories (live_simple, live_multiple: user-contributed
+requests on other APIs, BFCL's same format) can be borrowed too; a borrowed task is kept only when it
+offers at most 4 functions in at most 2,000 characters of schema and its reference passes BFCL's checker.
 They never read the test split (tests pin both), so the held-out evaluation stays clean; the
 plain-GRPO baseline trains on the target's train tasks as BFCL offers them.
 
@@ -36,6 +38,7 @@ possible answers (`multiple` rules: the answer's function is looked up among tho
 from __future__ import annotations
 
 import copy
+import json
 import random
 import re
 from functools import cached_property, lru_cache
@@ -43,7 +46,7 @@ from typing import ClassVar
 
 from trace_agents.agent.format import to_openai_tool
 from trace_agents.envs.base import Split
-from trace_agents.envs.bfcl import SINGLE_TURN, BfclEnv, load_category, offer_counts, single_call_train_ids, split_of
+from trace_agents.envs.bfcl import BORROWABLE, SINGLE_TURN, BfclEnv, load_category, offer_counts, single_call_train_ids, split_of
 from trace_agents.synthesis.families import checked_difficulty, family_seeds
 from trace_agents.synthesis.variants import contrast_words, fresh_values, name_words, siblings
 from trace_agents.types import Message
@@ -105,6 +108,26 @@ def _leaks(entry: dict, footprint: tuple[frozenset[str], tuple[frozenset[str], .
     return bool({f["name"] for f in entry["function"]} & names) or any(_likeness(words, r) >= 0.6 for r in requests)
 
 
+def _fits(entry: dict) -> bool:
+    """A borrowed task no bigger than the target's own: at most 4 functions in at most 2,000 characters of
+    schema (BFCL `multiple` offers 2-4; half of live_multiple's tasks offer more, in longer schemas that
+    would slow every rollout on them and teach a prompt size the target never shows)."""
+    return len(entry["function"]) <= 4 and len(json.dumps(entry["function"])) <= 2000
+
+
+def _answerable(task_id: str) -> bool:
+    """Does the task's reference (`_first_accepted`) pass BFCL's checker? Not where the answer names a
+    param the schema lacks, accepts no value for one, or leaves a required one out (live_multiple_964-207-0
+    answers `question` for a required `statement`; live_simple_112-68-0 accepts nothing for five params):
+    such a task would pay 0 whatever the policy did."""
+    entries, answers = load_category(_category_of(task_id))
+    (name, params), = answers[task_id]["ground_truth"][0].items()
+    schema = next((f["parameters"] for f in entries[task_id]["function"] if f["name"] == name), None)
+    if schema is None or any(not v for v in params.values()) or set(params) - set(schema.get("properties", {})):
+        return False
+    return all(k in params and params[k][0] != "" for k in schema.get("required", []))
+
+
 @lru_cache(maxsize=None)
 def _train_material(category: str, extra: tuple[str, ...] = ()) -> tuple[tuple[str, ...], tuple[dict, ...]]:
     """(train task ids with one reference call: the category's, then the clean ones of each `extra`
@@ -112,7 +135,8 @@ def _train_material(category: str, extra: tuple[str, ...] = ()) -> tuple[tuple[s
     ids = list(single_call_train_ids(category))
     footprint = _test_footprint(category)
     for other in dict.fromkeys(c for c in extra if c != category):
-        ids += [i for i in single_call_train_ids(other) if not _leaks(_entry(i), footprint)]
+        ids += [i for i in single_call_train_ids(other)
+                if _fits(_entry(i)) and _answerable(i) and not _leaks(_entry(i), footprint)]
     functions = {f["name"]: f for i in ids for f in _entry(i)["function"]}
     return tuple(ids), tuple(functions[n] for n in sorted(functions))
 
@@ -125,9 +149,10 @@ class _TargetDrill(BfclEnv):
     def __init__(self, difficulty: float = 0.5, category: str = "multiple", partial_credit: float = 0.0,
                  fresh: bool = False, extra: tuple[str, ...] = (), like_target: bool = False):
         difficulty = checked_difficulty(difficulty)
-        for c in (category, *extra):
-            if c not in SINGLE_TURN:
-                raise ValueError(f"{c!r} is not a single-turn BFCL category; target drills take one of {', '.join(SINGLE_TURN)}")
+        if category not in SINGLE_TURN:
+            raise ValueError(f"{category!r} is not a single-turn BFCL category; target drills take one of {', '.join(SINGLE_TURN)}")
+        if unknown := [c for c in extra if c not in BORROWABLE]:
+            raise ValueError(f"{unknown} are not single-turn BFCL categories; target drills borrow from {', '.join(BORROWABLE)}")
         super().__init__(category, partial_credit=partial_credit)
         self.checker_category = "multiple"  # the answer is looked up among the offered functions
         self.difficulty = difficulty
@@ -147,7 +172,7 @@ class _TargetDrill(BfclEnv):
 
     def reset(self, seed: int) -> list[Message]:
         category, index = self._task(random.Random(f"target/{self.capability}/task/{seed}")).rsplit("_", 1)
-        messages = self._open(category, int(index))
+        messages = self._open(category, index)  # live ids end in "5-3-0", not a number
         if self.fresh:
             messages = self._freshen(category, random.Random(f"target/{self.capability}/values/{seed}"))
         offered = self._offer(random.Random(f"target/{self.capability}/extra/{seed}"))
