@@ -61,7 +61,7 @@ def test_borrowed_tasks_add_train_material_but_nothing_of_the_target_test_split(
 
 @pytest.mark.parametrize("drill", DRILLS)
 def test_live_tasks_are_borrowed_only_when_small_and_answerable(drill):
-    # live_multiple's ids are not numbered ("live_multiple_5-3-0"), half its tasks offer 5-37 functions,
+    # live_multiple's ids are not numbered ("live_multiple_5-3-0"), a third of its tasks offer 5-37 functions,
     # and a few answers cannot pass BFCL's own checker (a param the schema lacks, no accepted value)
     env = drill(0.5, fresh=True, extra=("live_simple", "live_multiple"))
     live = load_category("live_multiple")[0]

@@ -109,8 +109,8 @@ def _leaks(entry: dict, footprint: tuple[frozenset[str], tuple[frozenset[str], .
 
 
 def _fits(entry: dict) -> bool:
-    """A borrowed task no bigger than the target's own: at most 4 functions in at most 2,000 characters of
-    schema (BFCL `multiple` offers 2-4; half of live_multiple's tasks offer more, in longer schemas that
+    """A borrowed task of about the target's size: at most 4 functions in at most 2,000 characters of
+    schema (BFCL `multiple` offers 2-4; a third of live_multiple's tasks offer 5-37, in longer schemas that
     would slow every rollout on them and teach a prompt size the target never shows)."""
     return len(entry["function"]) <= 4 and len(json.dumps(entry["function"])) <= 2000
 
