@@ -275,6 +275,16 @@ def test_partial_credit_rejects_bad_values_and_catalog_sources(tmp_path):
         families_for("bfcl/multiple", Drills("target", extra=("web",)))
     with pytest.raises(ValueError, match="source: target"):
         SynthesisCfg(extra_categories=["simple_python"])
+    # `capability=category` borrows for one drill only; plain entries reach every drill
+    each = families_for("bfcl/multiple", Drills("target", extra=("simple_python", "function_selection=live_multiple")))
+    assert each["function_selection"][1]["extra"] == ("simple_python", "live_multiple")
+    assert each["argument_value_grounding"][1]["extra"] == ("simple_python",)
+    only = families_for("bfcl/multiple", Drills("target", extra=("function_selection=live_multiple",)))
+    assert "extra" not in only["argument_value_grounding"][1]
+    with pytest.raises(ValueError, match="function_selection=CATEGORY"):
+        SynthesisCfg(source="target", extra_categories=["selection=live_multiple"])
+    with pytest.raises(ValueError, match="live_simple, live_multiple"):
+        SynthesisCfg(source="target", extra_categories=["function_selection=web"])
     assert SynthesisCfg(offer_like_target=True).offer_like_target  # the catalog families pad too
     with pytest.raises(DataError, match="like_target needs a single-turn"):
         families_for("bfcl/multi_turn_base", Drills(like_target=True))

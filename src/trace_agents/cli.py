@@ -306,7 +306,8 @@ def synthesize_cmd(
     fresh: bool = typer.Option(False, "--fresh", help="With --source target: vary each train task procedurally "
                                "(new values in the request and answer, sibling functions of the right one)."),
     extra_category: list[str] = typer.Option([], "--extra-category", help="With --source target: the drills also draw "
-                                             "this single-turn BFCL category's clean train tasks (repeatable; simple_python, multiple, live_simple, live_multiple)."),
+                                             "this single-turn BFCL category's clean train tasks (repeatable; simple_python, multiple, live_simple, live_multiple; "
+                                             "CAPABILITY=CATEGORY for that capability's drill only, e.g. function_selection=live_multiple)."),
     offer_like_target: bool = typer.Option(False, "--offer-like-target", help="Every single-turn environment offers as "
                                            "many functions as the target's train tasks do (never the answer's function alone)."),
 ):

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, ClassVar, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from trace_agents.types import DataError, read_jsonl, write_json, write_jsonl
 
@@ -68,10 +68,11 @@ class SynthesisCfg(_Cfg):
                                   "groups still teach; 0: BFCL's 0/1 reward. Success is always BFCL's verdict.")
     fresh: bool = Field(False, description="Drills (source: target) vary each train task procedurally: new values in "
                         "the request and its answer, look-alike sibling functions of the right one.")
-    extra_categories: list[Literal["simple_python", "multiple", "live_simple", "live_multiple"]] = Field(
+    extra_categories: list[str] = Field(
         default_factory=list, description="Drills (source: target) also draw the train tasks of these single-turn BFCL "
-        "categories, leaving out any that offers a function of the target's test split or repeats one of its requests "
-        "(and, borrowed, any offering more than 4 functions or 2,000 characters of schema).")
+        "categories (simple_python, multiple, live_simple, live_multiple), leaving out any that offers a function of the "
+        "target's test split or repeats one of its requests (and any offering more than 4 functions or 2,000 characters "
+        "of schema); `capability=category` borrows for that capability's drill only (function_selection=live_multiple).")
     offer_like_target: bool = Field(False, description="Every single-turn environment (drills and catalog families) offers "
                                     "as many functions as the target's train tasks do, never the answer's function alone.")
 
@@ -83,6 +84,14 @@ class SynthesisCfg(_Cfg):
 
         return Drills(source=self.source, partial_credit=self.partial_credit, fresh=self.fresh,
                       extra=tuple(self.extra_categories), like_target=self.offer_like_target)
+
+    @field_validator("extra_categories")
+    @classmethod
+    def _known_categories(cls, value: list[str]) -> list[str]:
+        from trace_agents.synthesis.pipeline import Drills
+
+        Drills("target", extra=tuple(value))  # raises naming the allowed categories and capabilities
+        return value
 
     @model_validator(mode="after")
     def _drill_options_need_drills(self) -> "SynthesisCfg":

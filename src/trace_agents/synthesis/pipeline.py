@@ -44,7 +44,8 @@ class Drills:
     those replace the catalog family. Drill-only options: `partial_credit` (failed replies earn that
     times their closeness), `fresh` (procedural variants of the train tasks: new values, sibling
     functions; variants.py), `extra` (more single-turn BFCL categories whose clean train tasks the
-    drills draw too). `like_target`: every single-turn family, catalog or drill, offers as many
+    drills draw too; `capability=category` gives a category to that capability's drill only).
+    `like_target`: every single-turn family, catalog or drill, offers as many
     functions as the target's tasks do (a single-turn bfcl/ target only)."""
 
     source: str = "catalog"
@@ -58,11 +59,20 @@ class Drills:
             raise DataError(f"unknown environment source {self.source!r}; choose one of {', '.join(SOURCES)}")
         if not 0 <= self.partial_credit < 1:
             raise DataError(f"partial_credit must be in [0, 1) so a right answer pays most, got {self.partial_credit}")
-        if unknown := [c for c in self.extra if c not in BORROWABLE]:
+        if unknown := [c for c in self.extra if c.rpartition("=")[2] not in BORROWABLE]:
             raise DataError(f"extra categories {unknown} are not single-turn BFCL categories; choose from {', '.join(BORROWABLE)}")
+        drilled = target_families()
+        if unknown := [c for c in self.extra if "=" in c and c.partition("=")[0] not in drilled]:
+            raise DataError(f"extra categories {unknown} name no capability with drills; write {' or '.join(f'{n}=CATEGORY' for n in drilled)}")
         if self.source != "target" and (self.partial_credit or self.fresh or self.extra):
             option = "partial_credit" if self.partial_credit else "fresh" if self.fresh else "extra"
             raise DataError(f"{option} applies to the drills on the target's train tasks; set source 'target' too")
+
+
+    def extra_of(self, capability: str) -> tuple[str, ...]:
+        """The categories `capability`'s drill borrows: the plain entries, then its own `capability=` ones."""
+        own = [c.rpartition("=") for c in self.extra]
+        return tuple(dict.fromkeys(cat for cap, eq, cat in own if not eq or cap == capability))
 
 
 def families_for(target: str, drills: Drills = Drills()) -> dict[str, tuple[type, dict[str, Any]]]:
@@ -78,9 +88,10 @@ def families_for(target: str, drills: Drills = Drills()) -> dict[str, tuple[type
     # the multi-turn families (stateful, lookup) keep their own offers: padding is a single-turn matter
     families = {name: (cls, dict(like) if name in FAMILIES else {}) for name, cls in builtin_families().items()}
     if d.source == "target":
-        pinned = {"category": category, **({"partial_credit": d.partial_credit} if d.partial_credit else {}),
-                  **({"fresh": True} if d.fresh else {}), **({"extra": tuple(d.extra)} if d.extra else {}), **like}
-        families.update({name: (cls, dict(pinned)) for name, cls in target_families().items()})
+        for name, cls in target_families().items():
+            extra = d.extra_of(name)
+            families[name] = (cls, {"category": category, **({"partial_credit": d.partial_credit} if d.partial_credit else {}),
+                                    **({"fresh": True} if d.fresh else {}), **({"extra": extra} if extra else {}), **like})
     return families
 
 
