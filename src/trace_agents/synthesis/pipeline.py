@@ -68,7 +68,6 @@ class Drills:
             option = "partial_credit" if self.partial_credit else "fresh" if self.fresh else "extra"
             raise DataError(f"{option} applies to the drills on the target's train tasks; set source 'target' too")
 
-
     def extra_of(self, capability: str) -> tuple[str, ...]:
         """The categories `capability`'s drill borrows: the plain entries, then its own `capability=` ones."""
         own = [c.rpartition("=") for c in self.extra]
