@@ -62,7 +62,7 @@ class Drills:
         if unknown := [c for c in self.extra if c.rpartition("=")[2] not in BORROWABLE]:
             raise DataError(f"extra categories {unknown} are not single-turn BFCL categories; choose from {', '.join(BORROWABLE)}")
         drilled = target_families()
-        if unknown := [c for c in self.extra if "=" in c and c.partition("=")[0] not in drilled]:
+        if unknown := [c for c in self.extra if "=" in c and c.rpartition("=")[0] not in drilled]:
             raise DataError(f"extra categories {unknown} name no capability with drills; write {' or '.join(f'{n}=CATEGORY' for n in drilled)}")
         if self.source != "target" and (self.partial_credit or self.fresh or self.extra):
             option = "partial_credit" if self.partial_credit else "fresh" if self.fresh else "extra"

@@ -125,7 +125,7 @@ def _answerable(task_id: str) -> bool:
     schema = next((f["parameters"] for f in entries[task_id]["function"] if f["name"] == name), None)
     if schema is None or any(not v for v in params.values()) or set(params) - set(schema.get("properties", {})):
         return False
-    return all(k in params and params[k][0] != "" for k in schema.get("required", []))
+    return set(schema.get("required", [])) <= set(_first_accepted(params))
 
 
 @lru_cache(maxsize=None)
