@@ -118,6 +118,19 @@ def test_argument_drill_offers_only_the_answer_and_favours_more_arguments_when_h
     assert "declared type" in hard.hint()
 
 
+def test_argument_hint_names_every_param_the_answer_needs_optional_ones_too():
+    env, optional_named = TargetArgumentGroundingEnv(0.5), 0
+    for seed in range(200):
+        env.reset(seed)
+        (_, accepted), = env.answer[0].items()
+        required = set(env._answer_function()["parameters"].get("required", []))
+        needed = [k for k, v in accepted.items() if "" not in v]
+        named = env.hint().partition("gives a value for ")[2].partition(":")[0].split(", ")
+        assert named == (needed or [""])
+        optional_named += bool(set(needed) - required)
+    assert optional_named >= 10  # the point of the hint: values the schema lets a policy leave out
+
+
 @pytest.mark.parametrize("drill", DRILLS)
 def test_like_target_offers_the_targets_counts_padding_with_unlike_functions(drill):
     counts = {len(e["function"]) for i, e in load_category("multiple")[0].items() if split_of("multiple")[i] == "train"}
