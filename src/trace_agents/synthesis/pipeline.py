@@ -59,19 +59,22 @@ class Drills:
             raise DataError(f"unknown environment source {self.source!r}; choose one of {', '.join(SOURCES)}")
         if not 0 <= self.partial_credit < 1:
             raise DataError(f"partial_credit must be in [0, 1) so a right answer pays most, got {self.partial_credit}")
-        if unknown := [c for c in self.extra if c.rpartition("=")[2] not in BORROWABLE]:
+        if unknown := [c for c, (_, category) in zip(self.extra, self._entries()) if category not in BORROWABLE]:
             raise DataError(f"extra categories {unknown} are not single-turn BFCL categories; choose from {', '.join(BORROWABLE)}")
         drilled = target_families()
-        if unknown := [c for c in self.extra if "=" in c and c.rpartition("=")[0] not in drilled]:
+        if unknown := [c for c, (capability, _) in zip(self.extra, self._entries()) if capability is not None and capability not in drilled]:
             raise DataError(f"extra categories {unknown} name no capability with drills; write {' or '.join(f'{n}=CATEGORY' for n in drilled)}")
         if self.source != "target" and (self.partial_credit or self.fresh or self.extra):
             option = "partial_credit" if self.partial_credit else "fresh" if self.fresh else "extra"
             raise DataError(f"{option} applies to the drills on the target's train tasks; set source 'target' too")
 
+    def _entries(self) -> list[tuple[str | None, str]]:
+        """(capability, category) per `extra` entry; capability None for a plain entry (every drill)."""
+        return [(cap if eq else None, cat) for cap, eq, cat in (c.rpartition("=") for c in self.extra)]
+
     def extra_of(self, capability: str) -> tuple[str, ...]:
         """The categories `capability`'s drill borrows: the plain entries, then its own `capability=` ones."""
-        own = [c.rpartition("=") for c in self.extra]
-        return tuple(dict.fromkeys(cat for cap, eq, cat in own if not eq or cap == capability))
+        return tuple(dict.fromkeys(cat for cap, cat in self._entries() if cap in (None, capability)))
 
 
 def families_for(target: str, drills: Drills = Drills()) -> dict[str, tuple[type, dict[str, Any]]]:
@@ -87,10 +90,11 @@ def families_for(target: str, drills: Drills = Drills()) -> dict[str, tuple[type
     # the multi-turn families (stateful, lookup) keep their own offers: padding is a single-turn matter
     families = {name: (cls, dict(like) if name in FAMILIES else {}) for name, cls in builtin_families().items()}
     if d.source == "target":
+        pinned = {"category": category, **({"partial_credit": d.partial_credit} if d.partial_credit else {}),
+                  **({"fresh": True} if d.fresh else {}), **like}
         for name, cls in target_families().items():
             extra = d.extra_of(name)
-            families[name] = (cls, {"category": category, **({"partial_credit": d.partial_credit} if d.partial_credit else {}),
-                                    **({"fresh": True} if d.fresh else {}), **({"extra": extra} if extra else {}), **like})
+            families[name] = (cls, {**pinned, **({"extra": extra} if extra else {})})
     return families
 
 
