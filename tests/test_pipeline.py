@@ -278,6 +278,42 @@ def test_a_shared_adapter_is_evaluated_as_a_system_with_its_own_rollouts(tmp_pat
     assert "shared_adapter" not in _systems(*args)
 
 
+def test_a_guarded_grpo_baseline_is_also_evaluated_at_its_last_step_without_running_a_twin_twice(tmp_path, monkeypatch):
+    """The guard's 32-task probe once kept GRPO's step 8 of 96 (31% on the test tasks, its last step 51%):
+    the table must show the last step beside the kept one, and an identical policy is not rerun."""
+    import trace_agents.agent.policy as policy_mod
+    import trace_agents.agent.rollout as rollout_mod
+    from trace_agents.envs.base import resolve_env
+    from trace_agents.pipeline import EvaluationCfg, RunConfig, _guarded_last_step, _systems, evaluate_systems
+    from trace_agents.types import Trajectory
+
+    grpo = tmp_path / "grpo"
+    grpo.mkdir()
+    assert _guarded_last_step(grpo) is None  # no guard ran: no extra system
+    (grpo / "guard.json").write_text(json.dumps({"kept": "step_8"}))
+    assert _guarded_last_step(grpo) == grpo / "adapter_own"
+    (grpo / "guard.json").write_text(json.dumps({"kept": "own"}))
+    assert _guarded_last_step(grpo) == grpo / "adapter"
+
+    config = RunConfig.model_validate({"run_dir": tmp_path, "training": {"steps": 2, "group_size": 2, "groups_per_step": 1}})
+    args = (config, "m", {"a": tmp_path / "a"}, grpo / "adapter", tmp_path / "c", 18, 18)
+    systems = _systems(*args, grpo_last_step=_guarded_last_step(grpo))
+    assert list(systems) == ["base", "grpo", "grpo_last_step", "adapter:a", "composed", "task_router"]
+    assert systems["grpo_last_step"] == systems["grpo"]  # the guard kept the last step: the same policy
+
+    made = []
+    monkeypatch.setattr(policy_mod, "make_policy", lambda model, **kw: made.append(kw.get("adapter")) or object())
+    monkeypatch.setattr(rollout_mod, "rollout", lambda make_env, policy, seeds, **kw: [
+        Trajectory(id=f"x{s}", env="bfcl/multiple", task_id=f"t{s}", seed=s, messages=[], reward=1.0, success=True,
+                   tool_calls=1) for s in seeds])
+    systems = {n: systems[n] for n in ("base", "grpo", "grpo_last_step")}
+    table = evaluate_systems(systems, resolve_env("bfcl/multiple"), tmp_path / "eval", EvaluationCfg(limit=3), max_steps=1, log=lambda m: None)
+    assert made == [None, str(grpo / "adapter")]  # base and grpo; grpo_last_step copied grpo's episodes
+    rows = {r["system"]: r for r in table["systems"]}
+    assert rows["grpo_last_step"]["n"] == 3 and rows["grpo_last_step"]["success_rate"] == rows["grpo"]["success_rate"]
+    assert json.loads((tmp_path / "eval" / "grpo_last_step.json").read_text())["same_as"] == "grpo"
+
+
 def test_max_capabilities_keeps_the_first_valid_envs_by_delta_or_by_coverage(tmp_path):
     from trace_agents.pipeline import AnalysisCfg, _valid_envs
 

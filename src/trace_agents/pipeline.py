@@ -253,7 +253,8 @@ def load_config(path: str | Path) -> RunConfig:
 
 
 # the paired-bootstrap comparisons of the evaluation table: (A, B) gives the p-value `A_vs_B`
-COMPARED = [("composed", "base"), ("composed", "grpo"), ("task_router", "base"), ("task_router", "grpo")]
+# grpo_last_step: only when a guard chose among GRPO's steps (training.guard_target); see _systems
+COMPARED = [(a, b) for a in ("composed", "task_router") for b in ("base", "grpo", "grpo_last_step")]
 
 
 # ---- stage bookkeeping ---------------------------------------------------------------------------
@@ -449,7 +450,7 @@ def run_pipeline(config: RunConfig, resume: bool = True, log: Callable[[str], No
     compose_dir = stages.run("compose", _at(config.dtype, config.compose), composition)
     shared = adapters_dir / SHARED / "adapter" if config.training.shared_steps else None
     systems = _systems(config, model, adapter_dirs, baseline_dir / "grpo" / "adapter", compose_dir / "composed", spent,
-                       adapters_spent, shared)
+                       adapters_spent, shared, _guarded_last_step(baseline_dir / "grpo"))
     table = stages.run("evaluation", _at(config.dtype, [config.evaluation, sorted(systems)]),
                        lambda d: evaluate_systems(systems, make_target, d, config.evaluation, max_steps, log))
     summary = {"model": model, "dtype": config.dtype, "target": config.target, "capabilities": sorted(envs),
@@ -463,12 +464,18 @@ def run_pipeline(config: RunConfig, resume: bool = True, log: Callable[[str], No
 
 # ---- evaluation ----------------------------------------------------------------------------------
 def _systems(config: RunConfig, model: str, adapters: dict[str, Path], grpo: Path, composed: Path,
-             spent: int, adapters_spent: int, shared: Path | None = None) -> dict[str, dict[str, Any]]:
+             spent: int, adapters_spent: int, shared: Path | None = None,
+             grpo_last_step: Path | None = None) -> dict[str, dict[str, Any]]:
     """System name -> make_policy arguments and the training rollouts it cost (the task router uses
-    no gate GRPO rollouts). With a shared adapter, it is a system too (what composition adds to it)."""
+    no gate GRPO rollouts). With a shared adapter, it is a system too (what composition adds to it).
+    With `grpo_last_step` (a guard chose among GRPO's steps), GRPO's last step is a system too: on
+    fsl_s6 the 32-task probe kept step 8 of 96, 31% on the test tasks against 51% for the last step
+    (README), so the table shows both rather than let the probe's noise decide the comparison."""
     t = config.training
     per_adapter = _rollouts_spent(t) + _rollouts_spent(t, t.shared_steps)
     systems: dict[str, dict[str, Any]] = {"base": {"rollouts": 0}, "grpo": {"adapter": str(grpo), "rollouts": spent}}
+    if grpo_last_step:
+        systems["grpo_last_step"] = {"adapter": str(grpo_last_step), "rollouts": spent}
     if config.evaluation.single_adapters:
         if shared:
             systems["shared_adapter"] = {"adapter": str(shared), "rollouts": _rollouts_spent(t, t.shared_steps)}
@@ -477,6 +484,17 @@ def _systems(config: RunConfig, model: str, adapters: dict[str, Path], grpo: Pat
     if config.compose.task_router:
         systems["task_router"] = {"composed": str(composed), "router": "task", "rollouts": adapters_spent}
     return {name: {"model": model, "dtype": config.dtype, **s} for name, s in systems.items()}
+
+
+def _guarded_last_step(trained: Path) -> Path | None:
+    """When a guard chose among the trained adapter's steps (guard.keep_better): its last step, wherever the
+    guard left it (`adapter_own` if it kept another candidate). None when no guard ran."""
+    from trace_agents.training.guard import GUARD_FILE, OWN
+
+    guard = trained / GUARD_FILE
+    if not guard.exists():
+        return None
+    return trained / (OWN if json.loads(guard.read_text())["kept"] != "own" else "adapter")
 
 
 def evaluate_systems(systems: dict[str, dict[str, Any]], make_target, out: Path, cfg: EvaluationCfg, max_steps: int,
@@ -489,9 +507,16 @@ def evaluate_systems(systems: dict[str, dict[str, Any]], make_target, out: Path,
     from trace_agents.evaluate import compare, routing_summary, summarize
 
     seeds = make_target().seeds(cfg.split)[: cfg.limit]
-    results, rows = {}, []
+    results, rows, done = {}, [], {}
     for name, s in systems.items():
         path, meta = out / f"{_file(name)}.jsonl", out / f"{_file(name)}.json"
+        policy_args = json.dumps({k: v for k, v in s.items() if k != "rollouts"}, sort_keys=True)
+        if policy_args in done and not (path.exists() and meta.exists()):
+            # the same policy under another name (grpo_last_step when the guard kept the last step):
+            # greedy decoding gives the same episodes, so copy them rather than spend the time again
+            twin = done[policy_args]
+            shutil.copyfile(out / f"{_file(twin)}.jsonl", path)
+            write_json(meta, {**json.loads((out / f"{_file(twin)}.json").read_text()), **s, "same_as": twin})
         if not (path.exists() and meta.exists()):
             log(f"[evaluation] {name} on {len(seeds)} tasks")
             started = time.time()
@@ -505,6 +530,7 @@ def evaluate_systems(systems: dict[str, dict[str, Any]], make_target, out: Path,
             del policy
             _release_memory()
         results[name], info = read_jsonl(path), json.loads(meta.read_text())
+        done.setdefault(policy_args, name)
         stat = summarize(results[name], env=make_target().name, model=name, split=cfg.split)
         rows.append({"system": name, "n": stat["n"], "success_rate": stat["success_rate"], "ci": stat["ci95"],
                      "mean_reward": stat["mean_reward"], "mean_tool_calls": stat["mean_tool_calls"],

@@ -19,6 +19,7 @@ from trace_agents.envs.base import Env
 from trace_agents.types import write_json
 
 GUARD_FILE = "guard.json"
+OWN = "adapter_own"  # the trained adapter, when the guard kept another candidate
 _LABELS = {"own": "last step", "init": "shared"}  # and step_N for a kept step
 
 
@@ -99,7 +100,7 @@ def keep_better(model: str, out: Path, init: Path | None, probes: dict[str, Prob
     score = {which: sum(means[which] for means in by_probe.values()) for which in candidates}
     kept = max(candidates, key=score.__getitem__)  # the first best in order of preference
     if kept != "own":
-        own = out / "adapter_own"
+        own = out / OWN
         shutil.rmtree(own, ignore_errors=True)
         adapter.rename(own)
         shutil.copytree(candidates[kept], adapter)
