@@ -32,9 +32,10 @@ from pathlib import Path
 
 
 def gains(rate: dict[str, float]) -> dict[str, float]:
-    """Points by which each composition beats the base and the GRPO baseline."""
-    return {f"{a}_minus_{b}_points": round(100 * (rate[a] - rate[b]), 1)
-            for a in ("composed", "task_router") for b in ("base", "grpo", "grpo_last_step") if a in rate and b in rate}
+    """Points by which each composition beats the base and the GRPO baseline (the table's compared pairs)."""
+    from trace_agents.pipeline import COMPARED
+
+    return {f"{a}_minus_{b}_points": round(100 * (rate[a] - rate[b]), 1) for a, b in COMPARED if a in rate and b in rate}
 
 
 def run_one(config, records: Path) -> dict:

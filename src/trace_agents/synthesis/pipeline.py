@@ -59,10 +59,11 @@ class Drills:
             raise DataError(f"unknown environment source {self.source!r}; choose one of {', '.join(SOURCES)}")
         if not 0 <= self.partial_credit < 1:
             raise DataError(f"partial_credit must be in [0, 1) so a right answer pays most, got {self.partial_credit}")
-        if unknown := [c for c, (_, category) in zip(self.extra, self._entries()) if category not in BORROWABLE]:
+        entries = list(zip(self.extra, self._entries()))
+        if unknown := [c for c, (_, category) in entries if category not in BORROWABLE]:
             raise DataError(f"extra categories {unknown} are not single-turn BFCL categories; choose from {', '.join(BORROWABLE)}")
         drilled = target_families()
-        if unknown := [c for c, (capability, _) in zip(self.extra, self._entries()) if capability is not None and capability not in drilled]:
+        if unknown := [c for c, (capability, _) in entries if capability is not None and capability not in drilled]:
             raise DataError(f"extra categories {unknown} name no capability with drills; write {' or '.join(f'{n}=CATEGORY' for n in drilled)}")
         if self.source != "target" and (self.partial_credit or self.fresh or self.extra):
             option = "partial_credit" if self.partial_credit else "fresh" if self.fresh else "extra"
