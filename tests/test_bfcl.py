@@ -13,12 +13,7 @@ SINGLE = ("simple_python", "multiple", "parallel")
 
 
 def _reference_calls(env: BfclEnv):
-    """First allowed value of every non-optional argument of the possible answer."""
-    calls = []
-    for i, answer in enumerate(env.answer):
-        (name, args), = answer.items()
-        calls.append(call(name, {k: v[0] for k, v in args.items() if v[0] != ""}, i))
-    return calls
+    return [call(name, args, i) for i, (name, args) in enumerate(env.reference())]
 
 
 @pytest.mark.parametrize("category", CATEGORIES)
@@ -60,6 +55,22 @@ def test_ast_checker_accepts_reference_and_rejects_wrong(category):
     env.reset(seed)
     env.step(assistant(content="I will not call anything."))
     assert env.verdict().details["failure"] == "no_tool_call"
+
+
+@pytest.mark.parametrize("category", ("multiple", "parallel"))  # simple_python_200's answer leaves a required param out
+def test_every_train_reference_reply_passes_the_checker(category):
+    env = BfclEnv(category)
+    for seed in env.seeds("train"):
+        env.reset(seed)
+        env.step(assistant(*_reference_calls(env)))
+        assert env.verdict().success, env.task_id
+
+
+def test_a_multi_turn_env_has_no_single_reference_reply():
+    env = BfclEnv("multi_turn_base")
+    env.reset(env.seeds("train")[0])
+    with pytest.raises(ValueError, match="multi-turn"):
+        env.reference()
 
 
 def test_underscored_name_maps_back_to_dotted():

@@ -9,7 +9,7 @@ from trace_agents.types import DataError
 
 
 def _config(tmp_path, warmup_steps=None, dtype=None, parallel=False, **training):
-    cfg = {"run_dir": str(tmp_path / "run"), "model": "tiny-random", "target": "bfcl/multiple",
+    cfg = {"run_dir": str(tmp_path / "run"), "model": "tiny-random", "target": "bfcl/multiple", "check_budgets": False,
            "analysis": {"runs": 2, "rollout_limit": 4}, "synthesis": {"calibrate": False},
            "training": {"steps": 1, "group_size": 2, "groups_per_step": 1, **training},
            "compose": {"gate_steps": 2, "gate_trajectories": 2, "gate_grpo_steps": 1},
@@ -479,3 +479,12 @@ def test_stage_fingerprints_stay_put_when_an_option_is_added_at_its_default():
     assert {c: _fingerprint(c()) for c in pinned} == pinned
     wide = SynthesisCfg(source="target", extra_categories=["simple_python"])
     assert _fingerprint(wide) != _fingerprint(SynthesisCfg(source="target"))  # set, it is an input like any other
+
+
+def test_a_reply_budget_that_cuts_most_answers_stops_the_run_before_any_rollout(tmp_path):
+    from trace_agents.training.budget import BudgetError
+
+    config = _config(tmp_path).model_copy(update={"check_budgets": True})
+    with pytest.raises(BudgetError, match="evaluation.max_new_tokens 8 cuts .* bfcl/multiple"):
+        run_pipeline(config, log=print)
+    assert not any(config.run_dir.glob("02_*"))

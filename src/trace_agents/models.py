@@ -134,6 +134,15 @@ def tiny_random(seed: int = 0):
     return LlamaForCausalLM(config), tok
 
 
+def load_tokenizer(name: str):
+    """The tokenizer of a built-in model name or a local model folder, without loading the weights."""
+    if name in ("tiny-random", "smollm2-135m"):
+        return load_tokenizer_from(tokenizer_folder())
+    if not (Path(name) / "tokenizer_config.json").exists() and not (Path(name) / "tokenizer.json").exists():
+        raise ModelError(f"model {name!r}: not one of {', '.join(BUILTIN)} and not a folder with a tokenizer")
+    return load_tokenizer_from(name)
+
+
 def load_model(name: str, device: str | None = None, dtype: str = "float32"):
     """(model, tokenizer) for a built-in name or a local folder, on the chosen device, in eval mode."""
     if name.startswith("openai:"):

@@ -185,6 +185,10 @@ class RunConfig(_Cfg):
     parallel: bool = Field(False, description="Train the capability adapters in a second process while the GRPO "
                            "baseline trains (half the CPU threads each; on a GPU both share it): the same stages, seeds and budgets "
                            "in less wall time (on CPU the thread split may move floating-point sums in the last digits).")
+    check_budgets: bool = Field(True, description="Before the base rollouts and before training, stop with an error when "
+                                "evaluation.max_new_tokens or the training budget cuts more than a quarter of the reference "
+                                "replies of the target's (or a capability env's) train tasks (training/budget.py); false: "
+                                "tiny smoke runs.")
 
 
 # `trace-agents demo --budget NAME`: the whole pipeline on the embedded model. "cpu" is sized to finish
@@ -370,6 +374,9 @@ def run_pipeline(config: RunConfig, resume: bool = True, log: Callable[[str], No
     make_target = resolve_env(config.target)
     single_turn = not getattr(make_target(), "multi_turn", True)
     max_steps = 1 if single_turn else 20
+    train_tokens = _grpo_config(config.training, max_steps).max_new_tokens
+    _check_budgets(config, model, {config.target: make_target}, log,
+                   {"evaluation.max_new_tokens": config.evaluation.max_new_tokens, "training.max_new_tokens": train_tokens})
 
     def base_rollouts(d: Path) -> None:
         seeds = make_target().seeds("train")[: config.analysis.rollout_limit]
@@ -400,6 +407,8 @@ def run_pipeline(config: RunConfig, resume: bool = True, log: Callable[[str], No
 
     synthesis_dir = stages.run("synthesis", config.synthesis, synthesis)
     envs = _valid_envs(synthesis_dir, analysis_dir, config.analysis)
+    _check_budgets(config, model, {n: resolve_env(str(p)) for n, p in envs.items()}, log,
+                   {"training.max_new_tokens": train_tokens})
 
     # with config.parallel the adapters train in a second process while this one trains the GRPO baseline
     target_probe = _target_probe(config, max_steps)
@@ -611,6 +620,23 @@ def _valid_envs(synthesis_dir: Path, analysis_dir: Path, a: AnalysisCfg) -> dict
     valid.sort(key=lambda n: -stats.get(n, {}).get(key, 0.0))  # stable: the analysis order breaks ties
     # synthesize_all wrote the modules into the stage's temporary folder; they now live in the final one
     return {n: synthesis_dir / Path(summary[n]["module"]).name for n in valid[: a.max_capabilities]}
+
+
+def _check_budgets(config: RunConfig, model: str, makers: dict[str, Callable], log: Callable[[str], None],
+                   budgets: dict[str, int]) -> None:
+    """Each env's reference replies against each reply budget (training/budget.py): a note in the log when
+    a few are cut, BudgetError when too many are. Skipped for endpoint models (no local tokenizer)."""
+    if not config.check_budgets or model.startswith("openai:"):
+        return
+    from trace_agents.models import load_tokenizer
+    from trace_agents.training.budget import check_budget, reference_lengths
+
+    tokenizer = load_tokenizer(model)
+    for name, make in makers.items():
+        lengths = reference_lengths(make, tokenizer)
+        for setting, tokens in budgets.items():
+            if note := check_budget(name, lengths, tokens, setting):
+                log(f"[budget] {note}")
 
 
 def _rollouts_spent(t: TrainingCfg, steps: int | None = None) -> int:

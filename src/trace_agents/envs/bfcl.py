@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from trace_agents.agent.format import to_openai_tool
-from trace_agents.envs.base import Split, Step, hash_split
+from trace_agents.envs.base import EnvError, Split, Step, hash_split
 from trace_agents.envs.bfcl_checker import shared_checker
 from trace_agents.types import Message, Verdict
 
@@ -169,6 +169,17 @@ def closeness(calls: list[tuple[str, dict]], answer: list[dict]) -> float:
     return sum(scores) / len(scores) * min(1.0, len(answer) / len(calls))
 
 
+def first_accepted(options: dict) -> dict:
+    """BFCL possible answers list the accepted values of each param, dict params nesting the same
+    form per key: take the first of each, dropping params whose first is '' (may be left out)."""
+    def unwrap(value):
+        if isinstance(value, dict):
+            return first_accepted(value)
+        return [unwrap(v) for v in value] if isinstance(value, list) else value
+
+    return {k: unwrap(copy.deepcopy(v[0])) for k, v in options.items() if v and v[0] != ""}
+
+
 class BfclEnv:
     """One BFCL category; one episode at a time. `partial_credit` p > 0 (single-turn only): a failed
     reply earns p * closeness(...) instead of 0 (training shaping; success stays BFCL's verdict)."""
@@ -216,6 +227,13 @@ class BfclEnv:
         return [Message(**m) for m in self.entry["question"][0]]
 
     # ---- single-turn -------------------------------------------------------------------------
+    def reference(self) -> list[tuple[str, dict]]:
+        """One accepted reply to the current single-turn task: every call, each param at its first
+        accepted value (`first_accepted`)."""
+        if self.multi_turn:
+            raise EnvError(f"{self.name} is multi-turn: its answers are checked by state, not by a reference reply")
+        return [(name, first_accepted(params)) for call in self.answer for name, params in call.items()]
+
     def _canonical_name(self, name: str) -> str:
         """Servers that forbid dots in tool names see `math_factorial` for `math.factorial`;
         map such a name back, as BFCL does for those models."""

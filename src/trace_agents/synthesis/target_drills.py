@@ -46,7 +46,7 @@ from typing import ClassVar
 
 from trace_agents.agent.format import to_openai_tool
 from trace_agents.envs.base import Split
-from trace_agents.envs.bfcl import BORROWABLE, SINGLE_TURN, BfclEnv, load_category, offer_counts, single_call_train_ids, split_of
+from trace_agents.envs.bfcl import BORROWABLE, SINGLE_TURN, BfclEnv, first_accepted, load_category, offer_counts, single_call_train_ids, split_of
 from trace_agents.synthesis.families import checked_difficulty, family_seeds
 from trace_agents.synthesis.variants import contrast_words, fresh_values, name_words, siblings
 from trace_agents.types import Message
@@ -69,17 +69,6 @@ def _same_job(f: dict, g: dict) -> bool:
     compound_interest, financial.compound_interest, calc_Compound_Interest): such a distractor would
     make a right call score 0, so it is never offered."""
     return _likeness(name_words(f), name_words(g)) >= 0.5 or _likeness(_words(f), _words(g)) >= 0.5
-
-
-def _first_accepted(options: dict) -> dict:
-    """BFCL possible answers list the accepted values of each param, dict params nesting the same
-    form per key: take the first of each, dropping params whose first is '' (may be left out)."""
-    def unwrap(value):
-        if isinstance(value, dict):
-            return _first_accepted(value)
-        return [unwrap(v) for v in value] if isinstance(value, list) else value
-
-    return {k: unwrap(copy.deepcopy(v[0])) for k, v in options.items() if v and v[0] != ""}
 
 
 def _category_of(task_id: str) -> str:
@@ -116,7 +105,7 @@ def _fits(entry: dict) -> bool:
 
 
 def _answerable(task_id: str) -> bool:
-    """Does the task's reference (`_first_accepted`) pass BFCL's checker? Not where the answer names a
+    """Does the task's reference (`first_accepted`) pass BFCL's checker? Not where the answer names a
     param the schema lacks, accepts no value for one, or leaves a required one out (live_multiple_964-207-0
     answers `question` for a required `statement`; live_simple_112-68-0 accepts nothing for five params):
     such a task would pay 0 whatever the policy did."""
@@ -125,7 +114,7 @@ def _answerable(task_id: str) -> bool:
     schema = next((f["parameters"] for f in entries[task_id]["function"] if f["name"] == name), None)
     if schema is None or any(not v for v in params.values()) or set(params) - set(schema.get("properties", {})):
         return False
-    return set(schema.get("required", [])) <= set(_first_accepted(params))
+    return set(schema.get("required", [])) <= set(first_accepted(params))
 
 
 @lru_cache(maxsize=None)
@@ -225,10 +214,6 @@ class _TargetDrill(BfclEnv):
     def _answer_function(self) -> dict:
         return next(f for f in self.entry["function"] if f["name"] == self.answer_name)
 
-    def reference(self) -> list[tuple[str, dict]]:
-        """One accepted solution: each param's first accepted value ('' = may be left out)."""
-        (name, params), = self.answer[0].items()
-        return [(name, _first_accepted(params))]
 
 
 class TargetFunctionSelectionEnv(_TargetDrill):
