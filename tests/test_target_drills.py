@@ -1,3 +1,4 @@
+import json
 from statistics import mean
 
 import pytest
@@ -5,7 +6,8 @@ from conftest import assistant, call
 
 from trace_agents.envs.base import resolve_env
 from trace_agents.envs.bfcl import load_category, split_of
-from trace_agents.synthesis.target_drills import TargetArgumentGroundingEnv, TargetFunctionSelectionEnv, _same_job
+from trace_agents.synthesis.target_drills import (TargetArgumentGroundingEnv, TargetFunctionSelectionEnv, TargetParallelCallsEnv,
+                                                  _same_job)
 
 DRILLS = (TargetFunctionSelectionEnv, TargetArgumentGroundingEnv)
 
@@ -196,7 +198,6 @@ def test_resolves_by_name_and_rejects_bad_input():
 
 
 def test_synthesis_source_target_writes_a_valid_module_for_the_target_category(tmp_path):
-    import json
 
     from trace_agents.synthesis.pipeline import Drills, synthesize_all
     from trace_agents.types import DataError
@@ -314,3 +315,44 @@ def test_partial_credit_rejects_bad_values_and_catalog_sources(tmp_path):
     assert "offer_like_target" not in str(SynthesisCfg(source="target"))  # older run folders keep their fingerprints
     cfg = SynthesisCfg(source="target", partial_credit=0.25, fresh=True, extra_categories=["simple_python"], offer_like_target=True)
     assert cfg.drills() == Drills("target", 0.25, True, ("simple_python",), True)  # every option reaches the families
+
+
+def _reply(calls):
+    return assistant(*(call(n, a, i) for i, (n, a) in enumerate(calls)))
+
+
+def test_parallel_drill_asks_k_variants_of_one_train_task_and_wants_every_call():
+    split = split_of("multiple")
+    for difficulty, counts in ((0.0, {2}), (1.0, {3, 4})):
+        env = TargetParallelCallsEnv(difficulty)
+        for seed in range(40):
+            request = env.reset(seed)[-1].content
+            calls = env.reference()
+            assert len(calls) in counts and split[env.entry["id"]] == "train"
+            assert len({n for n, _ in calls}) == 1 and len({json.dumps(a, sort_keys=True) for _, a in calls}) == len(calls)
+            assert request.count("\n") >= len(calls) - 1 and len(env.functions) == 1
+            env.step(_reply(reversed(calls)))  # any order
+            assert env.verdict().success, env.task_id
+            env.reset(seed)
+            env.step(_reply(calls[:-1]))  # one call short: BFCL's wrong count
+            assert env.verdict().details["failure"].endswith("wrong_count")
+            env.reset(seed)
+            env.step(_reply([calls[0]] * len(calls)))  # the first request's values every time
+            assert not env.verdict().success
+    assert str(len(calls)) in env.hint() and env.answer_name in env.hint()
+
+
+def test_parallel_drill_on_the_parallel_target_borrows_single_call_tasks_and_validates(tmp_path):
+    from trace_agents.synthesis.pipeline import Drills, synthesize_all
+
+    with pytest.raises(ValueError, match="no train task with a single reference call"):
+        TargetParallelCallsEnv(category="parallel")  # BFCL parallel's answers all hold several calls
+    caps = tmp_path / "capabilities.json"
+    caps.write_text(json.dumps({"capabilities": [{"name": "parallel_call_completeness", "selected": True}]}))
+    summary = synthesize_all(caps, "bfcl/parallel", tmp_path / "envs", difficulty=0.0,
+                             drills=Drills("target", extra=("parallel_call_completeness=simple_python",)))
+    entry = summary["environments"]["parallel_call_completeness"]
+    assert entry["valid"] and entry["source"] == "target"
+    env = resolve_env(entry["module"])()
+    assert isinstance(env, TargetParallelCallsEnv) and env.category == "parallel" and env.extra == ("simple_python",)
+    assert all(i.startswith("simple_python_") for i in env.ids)

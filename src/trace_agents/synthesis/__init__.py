@@ -12,6 +12,6 @@ def builtin_families() -> dict[str, type]:
 
 def target_families() -> dict[str, type]:
     """Capability name -> environment built from the target's own train tasks (`target/<capability>`)."""
-    from trace_agents.synthesis.target_drills import TargetArgumentGroundingEnv, TargetFunctionSelectionEnv
+    from trace_agents.synthesis.target_drills import TargetArgumentGroundingEnv, TargetFunctionSelectionEnv, TargetParallelCallsEnv
 
-    return {cls.capability: cls for cls in (TargetFunctionSelectionEnv, TargetArgumentGroundingEnv)}
+    return {cls.capability: cls for cls in (TargetFunctionSelectionEnv, TargetArgumentGroundingEnv, TargetParallelCallsEnv)}

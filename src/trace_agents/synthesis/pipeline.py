@@ -40,7 +40,8 @@ class Drills:
     """Where the built-in environments draw their tasks and how they pay (the config's synthesis options).
 
     source "catalog": the families on the warm-up catalog; "target": where a capability has drills on
-    the target's own train tasks (target_drills.py: function_selection, argument_value_grounding),
+    the target's own train tasks (target_drills.py: function_selection, argument_value_grounding,
+    parallel_call_completeness),
     those replace the catalog family. Drill-only options: `partial_credit` (failed replies earn that
     times their closeness), `fresh` (procedural variants of the train tasks: new values, sibling
     functions; variants.py), `extra` (more single-turn BFCL categories whose clean train tasks the

@@ -9,6 +9,9 @@ own, and reshape it to isolate one capability:
   look-alikes (25% -> 100%, by shared name and description words).
 - `argument_value_grounding`: a train request with only its answer's function offered, so every
   reward is about the values. Difficulty: tasks with more arguments to fill are drawn more often.
+- `parallel_call_completeness`: k variants of one train request (fresh values each) in one message,
+  answered by k calls of its function (BFCL's parallel checker). Difficulty: k (2 at 0, 3-4 at 1).
+  BFCL `parallel` has no single-call train task: there it borrows one (`extra`, e.g. simple_python).
 With `fresh`, each seed is a procedural variant of its train task (variants.py): new values in the
 request and its possible answer, and for function_selection look-alike siblings of the right function.
 With `like_target`, a drill offers as many functions as a target train task does (a count drawn from
@@ -286,3 +289,71 @@ class TargetArgumentGroundingEnv(_TargetDrill):
         return ("Take every value from the request, converted to the parameter's declared type ("
                 + ", ".join(f"{k}: {v.get('type', 'any')}" for k, v in params.items()) + ")." + needed
                 + " Invent no value.")
+
+
+class TargetParallelCallsEnv(_TargetDrill):
+    """Trains `parallel_call_completeness` in the target's own schemas: k requests of one train task, each
+    with fresh values (variants.fresh_values), asked in one message; one reply must make all k calls
+    (BFCL's parallel checker: order-free, the right count). BFCL `parallel` asks for one function several
+    times, and the warmed base's commonest failure there is the wrong number of calls (45 of 88 failed
+    train tasks, issue 7). Only tasks with a value that can be varied are drawn. Difficulty: k (2 at 0,
+    3-4 at 1); every seed is a set of variants, with or without `fresh`."""
+
+    capability = "parallel_call_completeness"
+
+    def __init__(self, difficulty: float = 0.5, **kwargs):
+        super().__init__(difficulty, **kwargs)
+        self.fresh = True  # the k calls are variants: what the drill is made of
+        self.checker_category = "parallel"
+        self.ids = tuple(i for i in self.ids if self._variable(i))
+        if not self.ids:
+            raise ValueError(f"no train task of bfcl/{self.category} {self.extra} has a value to vary")
+
+    def _variable(self, task_id: str) -> bool:
+        """Does fresh_values give the task's answer at least 4 distinct forms in 6 tries? (Some requests
+        state no value verbatim, some only one value with few donors: they could not make k calls.)"""
+        entry, answer = _entry(task_id), load_category(_category_of(task_id))[1][task_id]["ground_truth"]
+        (name, params), = answer[0].items()
+        function = next(f for f in entry["function"] if f["name"] == name)
+        enums = {k for k, v in function.get("parameters", {}).get("properties", {}).items() if "enum" in v}
+        text = entry["question"][0][-1]["content"]
+        forms = {_form(fresh_values(text, params, enums, _category_of(task_id), task_id, random.Random(i))[1])
+                 for i in range(6)}
+        return len(forms) >= 4
+
+    def _freshen(self, category: str, rng: random.Random) -> list[Message]:
+        k = rng.randint(2 + round(self.difficulty), 2 + round(2 * self.difficulty))
+        original = self.entry, self.answer
+        texts, answers, forms = [], [], set()
+        for _ in range(4 * k):  # distinct replies; a task with few values to vary may give fewer than k
+            self.entry, self.answer = original
+            messages = super()._freshen(category, rng)
+            if (form := _form(next(iter(self.answer[0].values())))) not in forms:
+                forms.add(form)
+                texts.append(messages[-1].content)
+                answers.append(self.answer[0])
+            if len(answers) == k:
+                break
+        question = copy.deepcopy(self.entry["question"])
+        question[0][-1]["content"] = _ask_all(texts, rng)
+        self.entry, self.answer = {**self.entry, "question": question}, answers
+        return [Message(**m) for m in question[0]]
+
+    def _offer(self, rng: random.Random) -> list[dict]:
+        return [self._answer_function()]
+
+    def hint(self) -> str:
+        return (f"The message holds {len(self.answer)} separate requests: reply with {len(self.answer)} calls to "
+                f"{self.answer_name} in one message, one per request, each with that request's values.")
+
+
+def _form(params: dict) -> str:
+    """The reply a possible answer's reference makes (its first accepted values), as a comparable string."""
+    return json.dumps(first_accepted(params), sort_keys=True)
+
+
+def _ask_all(requests: list[str], rng: random.Random) -> str:
+    """Several requests in one message: numbered, or one per line after a lead-in."""
+    if rng.random() < 0.5:
+        return "\n".join(f"{i}. {r}" for i, r in enumerate(requests, start=1))
+    return rng.choice(("I have several requests.", "Please handle each of these:", "Do all of the following:")) + "\n" + "\n".join(requests)
