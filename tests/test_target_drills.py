@@ -198,7 +198,6 @@ def test_resolves_by_name_and_rejects_bad_input():
 
 
 def test_synthesis_source_target_writes_a_valid_module_for_the_target_category(tmp_path):
-
     from trace_agents.synthesis.pipeline import Drills, synthesize_all
     from trace_agents.types import DataError
 

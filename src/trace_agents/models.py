@@ -136,7 +136,7 @@ def tiny_random(seed: int = 0):
 
 def load_tokenizer(name: str):
     """The tokenizer of a built-in model name or a local model folder, without loading the weights."""
-    if name in ("tiny-random", "smollm2-135m"):
+    if name in BUILTIN:  # both use SmolLM2's tokenizer
         return load_tokenizer_from(tokenizer_folder())
     if not (Path(name) / "tokenizer_config.json").exists() and not (Path(name) / "tokenizer.json").exists():
         raise ModelError(f"model {name!r}: not one of {', '.join(BUILTIN)} and not a folder with a tokenizer")

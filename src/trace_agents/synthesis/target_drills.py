@@ -74,6 +74,11 @@ def _same_job(f: dict, g: dict) -> bool:
     return _likeness(name_words(f), name_words(g)) >= 0.5 or _likeness(_words(f), _words(g)) >= 0.5
 
 
+def _enums(function: dict) -> set[str]:
+    """Params whose values the schema restricts: fresh_values leaves them alone."""
+    return {k for k, v in function.get("parameters", {}).get("properties", {}).items() if "enum" in v}
+
+
 def _category_of(task_id: str) -> str:
     return task_id.rsplit("_", 1)[0]
 
@@ -185,8 +190,7 @@ class _TargetDrill(BfclEnv):
         come from the task's own category)."""
         question = copy.deepcopy(self.entry["question"])
         (name, params), = self.answer[0].items()
-        properties = self._answer_function().get("parameters", {}).get("properties", {})
-        enums = {k for k, v in properties.items() if "enum" in v}
+        enums = _enums(self._answer_function())
         question[0][-1]["content"], params = fresh_values(question[0][-1]["content"], params, enums,
                                                           category, self.task_id, rng)
         self.entry, self.answer = {**self.entry, "question": question}, [{name: params}]
@@ -314,8 +318,7 @@ class TargetParallelCallsEnv(_TargetDrill):
         state no value verbatim, some only one value with few donors: they could not make k calls.)"""
         entry, answer = _entry(task_id), load_category(_category_of(task_id))[1][task_id]["ground_truth"]
         (name, params), = answer[0].items()
-        function = next(f for f in entry["function"] if f["name"] == name)
-        enums = {k for k, v in function.get("parameters", {}).get("properties", {}).items() if "enum" in v}
+        enums = _enums(next(f for f in entry["function"] if f["name"] == name))
         text = entry["question"][0][-1]["content"]
         forms = {_form(fresh_values(text, params, enums, _category_of(task_id), task_id, random.Random(i))[1])
                  for i in range(6)}

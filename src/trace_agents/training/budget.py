@@ -2,8 +2,8 @@
 
 A reply cut at `max_new_tokens` is malformed and earns nothing, so a budget shorter than most answers
 leaves GRPO without reward whatever the policy learns. Measured, issue 7 (`runs/par_s2`): with
-X replies need more
-tokens (median 124); plain GRPO had no success in 79 of its 96 steps and every trained system ended
+training.max_new_tokens 80 on bfcl/parallel, 93 of its 100 train tasks' reference replies need more
+tokens (median 126); plain GRPO had no success in 79 of its 96 steps and every trained system ended
 below the base. The pipeline measures each env it trains on before training and stops with the budget
 to set, rather than spend hours on a run that cannot learn.
 """
