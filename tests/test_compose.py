@@ -327,6 +327,30 @@ def test_first_round_caches_features_of_each_label_expert_forced(adapters, tok):
     assert model.forced_expert is None and model.captured is None
 
 
+@pytest.mark.parametrize("decide", ["token", "causal_mean"])
+def test_routed_round_caches_the_features_whose_top1_is_the_routing(adapters, tok, decide):
+    """A routed round caches, per token, features on which each router's top-1 is the slot the
+    model routed that token to: with "causal_mean" the running means of the features, not the
+    token's own (fitting those trained another decision than the one inference makes)."""
+    import random
+
+    from trace_agents.compose.gates import GateTrainConfig, _collect, _collate, _run_decoder, encode
+
+    model = composed(adapters, seed=7, decide=decide)
+    pairs = synthetic(1, ["alpha", "beta"])  # two lengths: the batch below is padded
+    data = [(*encode(tok, t, 64), model.expert_names.index(n), None) for t, n in pairs]
+    cache = _collect(model, data, GateTrainConfig(batch=8, tokens_per_trajectory=10_000, max_tokens=64),
+                     tok.pad_token_id, random.Random(0), forced=False)
+    with torch.no_grad():
+        _run_decoder(model, *_collate([ids for ids, *_ in data], tok.pad_token_id, "cpu"))
+    real = torch.tensor([[t < len(ids) for t in range(max(len(d[0]) for d in data))] for ids, *_ in data])
+    for key, router in model.routers.items():
+        routed = model.routing()[key][real]  # every token of both trajectories, in cache order
+        agree = (router.score(cache[key]).argmax(-1) == routed).float().mean()
+        assert agree > 0.97, (key, float(agree))  # fp16 caching may flip a near-tie
+        assert len(set(routed.tolist())) > 1  # random gates: a real choice, not one constant slot
+
+
 def test_save_load_round_trip(adapters, batch, tmp_path):
     model = composed(adapters, seed=7)
     reference = logits(model, batch)
