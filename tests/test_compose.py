@@ -337,9 +337,10 @@ def test_routed_round_caches_the_features_whose_top1_is_the_routing(adapters, to
     from trace_agents.compose.gates import GateTrainConfig, _collect, _collate, _run_decoder, encode
 
     model = composed(adapters, seed=7, decide=decide)
-    pairs = synthetic(1, ["alpha", "beta"])  # two lengths: the batch below is padded
-    data = [(*encode(tok, t, 64), model.expert_names.index(n), None) for t, n in pairs]
-    cache = _collect(model, data, GateTrainConfig(batch=8, tokens_per_trajectory=10_000, max_tokens=64),
+    pairs = synthetic(1, ["alpha", "beta"])
+    data = [(*encode(tok, t, 256), model.expert_names.index(n), None) for t, n in pairs]
+    assert len({len(ids) for ids, *_ in data}) == 2  # two lengths: the batch below is padded
+    cache = _collect(model, data, GateTrainConfig(batch=8, tokens_per_trajectory=10_000, max_tokens=256),
                      tok.pad_token_id, random.Random(0), forced=False)
     with torch.no_grad():
         _run_decoder(model, *_collate([ids for ids, *_ in data], tok.pad_token_id, "cpu"))
