@@ -3,6 +3,7 @@ fitting trains only its head, it routes a whole episode to one adapter, save/loa
 (compose -> evaluate --router task -> the vLLM proxy's router)."""
 
 import json
+import re
 import subprocess
 import sys
 
@@ -125,6 +126,8 @@ def test_cli_compose_then_evaluate_with_both_routers(adapters, tmp_path):
     p = run("compose", "--model", "tiny-random", *args, "--out", str(out), "--gate-steps", "3", "--gate-trajectories", "4")
     assert p.returncode == 0, p.stderr
     assert {"composed.json", "gates.safetensors", "gates.json", "routing.json", "task_router.json"} <= {f.name for f in out.iterdir()}
+    said = " ".join((p.stdout + p.stderr).split())  # rich wraps long lines; the console may write to stderr
+    assert "on reply tokens" in said and "task router accuracy" in said and not re.search(r"accuracy nan\b", said)
     for router, key in (("task", "episodes_share"), ("token", "switches_per_trajectory")):
         summary = tmp_path / f"{router}.json"
         p = run("evaluate", "--env", ENVS["alpha"], "--model", "tiny-random", "--composed", str(out), "--router", router,

@@ -474,10 +474,12 @@ def compose_cmd(
                         log=lambda m: console.print(m, markup=False))
     except ValueError as e:
         raise UsageError(str(e)) from None
-    gates, routed = summary.get("gates") or {}, summary.get("routing") or {}
-    console.print(f"composed model -> {out}; gate accuracy {gates.get('accuracy', float('nan')):.3f}, "
-                  f"held-out routing accuracy {routed.get('accuracy', float('nan')):.3f}, "
-                  f"task router accuracy {(summary.get('task_router') or {}).get('accuracy', float('nan')):.3f}")
+    parts = [f"{label} {source[key]:.3f}" for label, source, key in [
+        ("gate accuracy", summary.get("gates") or {}, "accuracy"),
+        ("held-out routing accuracy", summary.get("routing") or {}, "accuracy"),
+        ("on reply tokens", summary.get("routing") or {}, "reply_accuracy"),
+        ("task router accuracy", summary.get("task_router") or {}, "accuracy")] if key in source]  # only what was fitted
+    console.print(f"composed model -> {out}" + (f"; {', '.join(parts)}" if parts else ""))
 
 
 def keyword_args(items: list[str], flag: str) -> dict[str, Any]:
