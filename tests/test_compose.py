@@ -342,9 +342,10 @@ def test_routed_round_caches_the_features_whose_top1_is_the_routing(adapters, to
     assert len({len(ids) for ids, *_ in data}) == 2  # two lengths: the batch below is padded
     cache = _collect(model, data, GateTrainConfig(batch=8, tokens_per_trajectory=10_000, max_tokens=256),
                      tok.pad_token_id, random.Random(0), forced=False)
+    ids, attn = _collate([ids for ids, *_ in data], tok.pad_token_id, "cpu")
     with torch.no_grad():
-        _run_decoder(model, *_collate([ids for ids, *_ in data], tok.pad_token_id, "cpu"))
-    real = torch.tensor([[t < len(ids) for t in range(max(len(d[0]) for d in data))] for ids, *_ in data])
+        _run_decoder(model, ids, attn)
+    real = attn.bool()
     for key, router in model.routers.items():
         routed = model.routing()[key][real]  # every token of both trajectories, in cache order
         agree = (router.score(cache[key]).argmax(-1) == routed).float().mean()

@@ -40,7 +40,7 @@ from typing import Literal, Sequence
 import torch
 import torch.nn.functional as F
 
-from trace_agents.compose.model import NONE, ComposedModel
+from trace_agents.compose.model import NONE, ComposedModel, prefix_sums
 from trace_agents.compose.moe import balance_loss
 from trace_agents.types import Trajectory
 
@@ -146,8 +146,8 @@ def _prefix_means(feats: torch.Tensor, attn: torch.Tensor) -> torch.Tensor:
     its logits that decide "causal_mean" takes the top-1 of: fitting on them trains the decision
     inference makes. (Fitting per-token features instead scored 96% on the cached tokens while the
     running means sent 100% of held-out tokens to one expert on bfcl/parallel: runs par_s2, pl_s2.)"""
-    real = attn[..., None].to(feats.dtype)
-    return (feats * real).cumsum(1) / real.cumsum(1).clamp(min=1)
+    sums, counts = prefix_sums(feats, attn)
+    return sums / counts.clamp(min=1)
 
 
 @torch.no_grad()

@@ -70,6 +70,14 @@ class ComposeConfig:
                              "gate_scale straight-through|prob, kernel auto|index|gather, decide token|causal_mean")
 
 
+def prefix_sums(x: torch.Tensor, real: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(batch, seq, d) values, (batch, seq) real-token mask -> the sums of the real tokens' values up to
+    each position (batch, seq, d) and their counts (batch, seq, 1): a running mean is sums / counts.
+    Shared by decide "causal_mean" and the gate fit, so both average over the same tokens."""
+    real = real[..., None].to(x.dtype)
+    return (x * real).cumsum(1), real.cumsum(1)
+
+
 def decoder_layers(model: nn.Module) -> tuple[str, nn.ModuleList]:
     """(dotted name, list) of the decoder blocks: the ModuleList with num_hidden_layers entries."""
     n = getattr(model.config, "num_hidden_layers", None)
@@ -154,8 +162,7 @@ class ComposedModel(nn.Module):
         """Mean of the logits of the real tokens up to each position, continuing the sums of the
         previous calls of this sequence (decode steps). Padding adds nothing."""
         real = (mask if mask is not None else torch.ones(logits.shape[:2], dtype=torch.bool, device=logits.device))
-        real = real[..., None].to(logits.dtype)  # (batch, seq, 1)
-        sums, counts = (logits * real).cumsum(1), real.cumsum(1)
+        sums, counts = prefix_sums(logits, real)
         if key in self._running:
             past_sums, past_counts = self._running[key]
             sums, counts = sums + past_sums[:, None], counts + past_counts[:, None]
