@@ -1,4 +1,5 @@
 import json
+import random
 from statistics import mean
 
 import pytest
@@ -6,7 +7,7 @@ from conftest import assistant, call
 
 from trace_agents.envs.base import resolve_env
 from trace_agents.envs.bfcl import load_category, split_of
-from trace_agents.synthesis.target_drills import (TargetArgumentGroundingEnv, TargetFunctionSelectionEnv, TargetParallelCallsEnv,
+from trace_agents.synthesis.target_drills import (TargetArgumentGroundingEnv, TargetFunctionSelectionEnv, TargetParallelCallsEnv, _ask_all,
                                                   _same_job)
 
 DRILLS = (TargetFunctionSelectionEnv, TargetArgumentGroundingEnv)
@@ -329,7 +330,9 @@ def test_parallel_drill_asks_k_variants_of_one_train_task_and_wants_every_call()
             calls = env.reference()
             assert len(calls) in counts and split[env.entry["id"]] == "train"
             assert len({n for n, _ in calls}) == 1 and len({json.dumps(a, sort_keys=True) for _, a in calls}) == len(calls)
-            assert request.count("\n") >= len(calls) - 1 and len(env.functions) == 1
+            assert "\n" not in request and len(env.functions) == 1  # one message in running text, as the target
+            assert all(_states(request, v) for c in env.answer for k, v in next(iter(c.values())).items()
+                       if len({json.dumps(a.get(k)) for _, a in calls}) > 1)  # every call's own values are asked for
             env.step(_reply(reversed(calls)))  # any order
             assert env.verdict().success, env.task_id
             env.reset(seed)
@@ -339,6 +342,41 @@ def test_parallel_drill_asks_k_variants_of_one_train_task_and_wants_every_call()
             env.step(_reply([calls[0]] * len(calls)))  # the first request's values every time
             assert not env.verdict().success
     assert str(len(calls)) in env.hint() and env.answer_name in env.hint()
+
+
+def _states(request: str, options: list) -> bool:
+    """Does the request state one of a param's accepted values?"""
+    return any((f"{o:g}" if isinstance(o, float) else str(o)).lower() in request.lower()
+               for o in options if isinstance(o, (int, float, str)) and o != "")
+
+
+def test_several_requests_are_asked_in_running_text_as_bfcl_parallel_does():
+    rng = random.Random(0)
+    asks = {_ask_all(["What is the HEX value of navy?", "What is the HEX value of dark red?"], rng) for _ in range(40)}
+    assert "What is the HEX value of navy and dark red?" in asks  # the one stretch they differ in, listed
+    assert "What is the HEX value of navy? Do the same for dark red." in asks
+    assert "What is the HEX value of navy? Also, what is the HEX value of dark red?" in asks
+    assert "Find cafes in Paris, Rome and Oslo." in {_ask_all(["Find cafes in Paris.", "Find cafes in Rome.", "Find cafes in Oslo."],
+                                                              random.Random(i)) for i in range(10)}
+    several = ["Convert 3 km and 4 m.", "Convert 5 km and 6 m."]  # two stretches differ: never listed as one
+    assert all(a.startswith("Convert 3 km and 4 m. ") for a in (_ask_all(several, random.Random(i)) for i in range(20)))
+    assert _ask_all(["John likes 3 apples.", "John likes 4 pears and figs."], random.Random(0)).count("John") == 2  # a name keeps its capital
+
+
+def test_grounding_drill_asks_several_calls_on_a_parallel_target():
+    env = TargetArgumentGroundingEnv(0.5, category="parallel", extra=("simple_python",), fresh=False)
+    single = TargetArgumentGroundingEnv(0.5, category="multiple", fresh=True)
+    for seed in range(10):
+        env.reset(seed)
+        calls = env.reference()
+        assert 2 <= len(calls) <= 3 and len(env.functions) == 1 and env.checker_category == "parallel"
+        env.step(_reply(calls[1:]))
+        assert env.verdict().details["failure"].endswith("wrong_count")
+        env.reset(seed)
+        env.step(_reply(calls))
+        assert env.verdict().success and f"{len(calls)} calls" in env.hint()
+        single.reset(seed)
+        assert len(single.reference()) == 1 and "calls" not in single.hint()  # other targets keep one call
 
 
 def test_parallel_drill_on_the_parallel_target_borrows_single_call_tasks_and_validates(tmp_path):

@@ -11,6 +11,8 @@ own, and reshape it to isolate one capability:
   reward is about the values. Difficulty: tasks with more arguments to fill are drawn more often.
 - `parallel_call_completeness`: k variants of one train request (fresh values each) in one message,
   answered by k calls of its function (BFCL's parallel checker). Difficulty: k (2 at 0, 3-4 at 1).
+  The k requests are phrased as the target phrases them: one sentence listing the one stretch of words
+  they differ in, or the requests in a row led by "Also," / "Do the same for" (`_ask_all`).
   BFCL `parallel` has no single-call train task: there it borrows one (`extra`, e.g. simple_python).
 With `fresh`, each seed is a procedural variant of its train task (variants.py): new values in the
 request and its possible answer, and for function_selection look-alike siblings of the right function.
@@ -196,6 +198,34 @@ class _TargetDrill(BfclEnv):
         self.entry, self.answer = {**self.entry, "question": question}, [{name: params}]
         return [Message(**m) for m in question[0]]
 
+    def _ask_several(self) -> None:
+        """From now on every seed asks k variants of its train task in one message (`_variants`): only
+        tasks with a value to vary are drawn, and BFCL's parallel checker judges the k calls."""
+        self.fresh = True  # the k calls are variants
+        self.checker_category = "parallel"
+        self.ids = tuple(i for i in self.ids if _variable(i))
+        if not self.ids:
+            raise ValueError(f"no train task of bfcl/{self.category} {self.extra} has a value to vary")
+
+    def _variants(self, category: str, rng: random.Random, k: int) -> list[Message]:
+        """k variants of the drawn train task (fresh values each, distinct replies), asked in one message
+        (`_ask_all`); the answer is their k calls."""
+        original = self.entry, self.answer
+        texts, answers, forms = [], [], set()
+        for _ in range(4 * k):  # distinct replies; a task with few values to vary may give fewer than k
+            self.entry, self.answer = original
+            messages = _TargetDrill._freshen(self, category, rng)
+            if (form := _form(next(iter(self.answer[0].values())))) not in forms:
+                forms.add(form)
+                texts.append(messages[-1].content)
+                answers.append(self.answer[0])
+            if len(answers) == k:
+                break
+        question = copy.deepcopy(self.entry["question"])
+        question[0][-1]["content"] = _ask_all(texts, rng)
+        self.entry, self.answer = {**self.entry, "question": question}, answers
+        return [Message(**m) for m in question[0]]
+
     def _offer(self, rng: random.Random) -> list[dict]:
         raise NotImplementedError
 
@@ -265,9 +295,21 @@ class TargetFunctionSelectionEnv(_TargetDrill):
 
 class TargetArgumentGroundingEnv(_TargetDrill):
     """Trains `argument_value_grounding`: a train request with only its answer's function offered, so
-    the reward is all about turning the request's words into exact values of the declared types."""
+    the reward is all about turning the request's words into exact values of the declared types. On a
+    `parallel` target it asks 2-3 variants of the request in one message, as the target does (its single-call
+    drill taught one call: wrong count on 41 of 100 test tasks, plt_s2, issue 7)."""
 
     capability = "argument_value_grounding"
+
+    def __init__(self, difficulty: float = 0.5, **kwargs):
+        super().__init__(difficulty, **kwargs)
+        if self.category == "parallel":  # every target answer there is several calls: one would teach a wrong count
+            self._ask_several()
+
+    def _freshen(self, category: str, rng: random.Random) -> list[Message]:
+        if self.checker_category == "parallel":
+            return self._variants(category, rng, rng.randint(2, 3))
+        return super()._freshen(category, rng)
 
     def _task(self, rng: random.Random) -> str:
         return rng.choices(self.ids, weights=self._weights)[0]
@@ -290,7 +332,9 @@ class TargetArgumentGroundingEnv(_TargetDrill):
         stated = [k for k, v in accepted.items() if "" not in v]
         needed = (f" The request gives a value for {', '.join(stated)}: pass each of them, even optional ones."
                   if stated else "")
-        return ("Take every value from the request, converted to the parameter's declared type ("
+        several = (f"The message holds {len(self.answer)} requests: make {len(self.answer)} calls, one per request. "
+                   if len(self.answer) > 1 else "")
+        return (several + "Take every value from the request, converted to the parameter's declared type ("
                 + ", ".join(f"{k}: {v.get('type', 'any')}" for k, v in params.items()) + ")." + needed
                 + " Invent no value.")
 
@@ -307,40 +351,10 @@ class TargetParallelCallsEnv(_TargetDrill):
 
     def __init__(self, difficulty: float = 0.5, **kwargs):
         super().__init__(difficulty, **kwargs)
-        self.fresh = True  # the k calls are variants: what the drill is made of
-        self.checker_category = "parallel"
-        self.ids = tuple(i for i in self.ids if self._variable(i))
-        if not self.ids:
-            raise ValueError(f"no train task of bfcl/{self.category} {self.extra} has a value to vary")
-
-    def _variable(self, task_id: str) -> bool:
-        """Does fresh_values give the task's answer at least 4 distinct forms in 6 tries? (Some requests
-        state no value verbatim, some only one value with few donors: they could not make k calls.)"""
-        entry, answer = _entry(task_id), load_category(_category_of(task_id))[1][task_id]["ground_truth"]
-        (name, params), = answer[0].items()
-        enums = _enums(next(f for f in entry["function"] if f["name"] == name))
-        text = entry["question"][0][-1]["content"]
-        forms = {_form(fresh_values(text, params, enums, _category_of(task_id), task_id, random.Random(i))[1])
-                 for i in range(6)}
-        return len(forms) >= 4
+        self._ask_several()
 
     def _freshen(self, category: str, rng: random.Random) -> list[Message]:
-        k = rng.randint(2 + round(self.difficulty), 2 + round(2 * self.difficulty))
-        original = self.entry, self.answer
-        texts, answers, forms = [], [], set()
-        for _ in range(4 * k):  # distinct replies; a task with few values to vary may give fewer than k
-            self.entry, self.answer = original
-            messages = super()._freshen(category, rng)
-            if (form := _form(next(iter(self.answer[0].values())))) not in forms:
-                forms.add(form)
-                texts.append(messages[-1].content)
-                answers.append(self.answer[0])
-            if len(answers) == k:
-                break
-        question = copy.deepcopy(self.entry["question"])
-        question[0][-1]["content"] = _ask_all(texts, rng)
-        self.entry, self.answer = {**self.entry, "question": question}, answers
-        return [Message(**m) for m in question[0]]
+        return self._variants(category, rng, rng.randint(2 + round(self.difficulty), 2 + round(2 * self.difficulty)))
 
     def _offer(self, rng: random.Random) -> list[dict]:
         return [self._answer_function()]
@@ -355,8 +369,54 @@ def _form(params: dict) -> str:
     return json.dumps(first_accepted(params), sort_keys=True)
 
 
+def _variable(task_id: str) -> bool:
+    """Does fresh_values give the task's answer at least 4 distinct forms in 6 tries? (Some requests
+    state no value verbatim, some only one value with few donors: they could not make k calls.)"""
+    entry, answer = _entry(task_id), load_category(_category_of(task_id))[1][task_id]["ground_truth"]
+    (name, params), = answer[0].items()
+    enums = _enums(next(f for f in entry["function"] if f["name"] == name))
+    text = entry["question"][0][-1]["content"]
+    forms = {_form(fresh_values(text, params, enums, _category_of(task_id), task_id, random.Random(i))[1])
+             for i in range(6)}
+    return len(forms) >= 4
+
+
+# Words a request may start with that are not names, so "Also, " may lower-case them.
+_OPENERS = {"calculate", "compute", "find", "get", "what", "what's", "how", "can", "could", "please", "determine",
+            "give", "tell", "show", "check", "fetch", "retrieve", "search", "look", "i", "is", "are", "which",
+            "who", "when", "where", "provide", "estimate", "convert", "predict", "identify", "list", "generate"}
+
+
 def _ask_all(requests: list[str], rng: random.Random) -> str:
-    """Several requests in one message: numbered, or one per line after a lead-in."""
-    if rng.random() < 0.5:
-        return "\n".join(f"{i}. {r}" for i, r in enumerate(requests, start=1))
-    return rng.choice(("I have several requests.", "Please handle each of these:", "Do all of the following:")) + "\n" + "\n".join(requests)
+    """Several requests in one message, as BFCL `parallel` asks them: when the requests differ in one
+    stretch of words, one sentence listing it ("... of navy, purple and maroon?"); otherwise the requests
+    in a row, the later ones led by "Also," or "Do the same for" (parallel_16, parallel_161). A numbered
+    list would be a format the target never shows."""
+    words = [r.split() for r in requests]
+    head = _shared_run([w for w in words])
+    tail = _shared_run([w[head:][::-1] for w in words])
+    middles = [w[head:len(w) - tail] for w in words]
+    stop = next((c for c in ".?!" if all(m and m[-1].endswith(c) for m in middles)), "")
+    spans = [" ".join(m).removesuffix(stop) for m in middles]
+    one_span = head >= 2 and not words[0][head - 1].endswith(",") and all(spans) and all(len(m) <= 6 and "," not in s and " and " not in s
+                                               for m, s in zip(middles, spans))
+    if one_span and rng.random() < 0.75:
+        end = " ".join(words[0][len(words[0]) - tail:]) if tail else ""
+        listed = ", ".join(spans[:-1]) + " and " + spans[-1]
+        return " ".join(filter(None, (" ".join(words[0][:head]), listed + stop, end)))
+    later = [(f"Do the same for {s}." if one_span and rng.random() < 0.5 else _also(r))
+             for s, r in zip(spans[1:], requests[1:])]
+    return " ".join([requests[0].strip(), *later])
+
+
+def _shared_run(lists: list[list[str]]) -> int:
+    """How many leading items every list shares, leaving each at least one item of its own."""
+    n = 0
+    while all(n < len(w) - 1 for w in lists) and len({w[n] for w in lists}) == 1:
+        n += 1
+    return n
+
+
+def _also(request: str) -> str:
+    first, _, rest = request.strip().partition(" ")
+    return "Also, " + (first.lower() if first.lower() in _OPENERS and first != "I" else first) + (" " + rest if rest else "")
