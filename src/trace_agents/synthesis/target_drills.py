@@ -383,7 +383,7 @@ def _variable(task_id: str) -> bool:
 
 # Words a request may start with that are not names, so "Also, " may lower-case them.
 _OPENERS = {"calculate", "compute", "find", "get", "what", "what's", "how", "can", "could", "please", "determine",
-            "give", "tell", "show", "check", "fetch", "retrieve", "search", "look", "i", "is", "are", "which",
+            "give", "tell", "show", "check", "fetch", "retrieve", "search", "look", "is", "are", "which",
             "who", "when", "where", "provide", "estimate", "convert", "predict", "identify", "list", "generate"}
 
 
@@ -393,13 +393,13 @@ def _ask_all(requests: list[str], rng: random.Random) -> str:
     in a row, the later ones led by "Also," or "Do the same for" (parallel_16, parallel_161). A numbered
     list would be a format the target never shows."""
     words = [r.split() for r in requests]
-    head = _shared_run([w for w in words])
+    head = _shared_run(words)
     tail = _shared_run([w[head:][::-1] for w in words])
     middles = [w[head:len(w) - tail] for w in words]
     stop = next((c for c in ".?!" if all(m and m[-1].endswith(c) for m in middles)), "")
     spans = [" ".join(m).removesuffix(stop) for m in middles]
-    one_span = head >= 2 and not words[0][head - 1].endswith(",") and all(spans) and all(len(m) <= 6 and "," not in s and " and " not in s
-                                               for m, s in zip(middles, spans))
+    one_span = (head >= 2 and not words[0][head - 1].endswith(",")  # "a player, X, Y and Z" would read as a list of four
+                and all(s and len(m) <= 6 and "," not in s and " and " not in s for m, s in zip(middles, spans)))
     if one_span and rng.random() < 0.75:
         end = " ".join(words[0][len(words[0]) - tail:]) if tail else ""
         listed = ", ".join(spans[:-1]) + " and " + spans[-1]
@@ -419,4 +419,4 @@ def _shared_run(lists: list[list[str]]) -> int:
 
 def _also(request: str) -> str:
     first, _, rest = request.strip().partition(" ")
-    return "Also, " + (first.lower() if first.lower() in _OPENERS and first != "I" else first) + (" " + rest if rest else "")
+    return "Also, " + (first.lower() if first.lower() in _OPENERS else first) + (" " + rest if rest else "")
