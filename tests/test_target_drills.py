@@ -358,8 +358,8 @@ def test_several_requests_are_asked_in_running_text_as_bfcl_parallel_does():
     assert "What is the HEX value of navy? Also, what is the HEX value of dark red?" in asks
     assert "Find cafes in Paris, Rome and Oslo." in {_ask_all(["Find cafes in Paris.", "Find cafes in Rome.", "Find cafes in Oslo."],
                                                               random.Random(i)) for i in range(10)}
-    several = ["Convert 3 km and 4 m.", "Convert 5 km and 6 m."]  # two stretches differ: never listed as one
-    assert all(a.startswith("Convert 3 km and 4 m. ") for a in (_ask_all(several, random.Random(i)) for i in range(20)))
+    several = ["Please convert 3 km and 4 m.", "Please convert 5 km and 6 m."]  # two stretches differ: never listed as one
+    assert all(a.startswith("Please convert 3 km and 4 m. ") for a in (_ask_all(several, random.Random(i)) for i in range(20)))
     assert _ask_all(["John likes 3 apples.", "John likes 4 pears and figs."], random.Random(0)).count("John") == 2  # a name keeps its capital
 
 
