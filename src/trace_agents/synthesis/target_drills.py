@@ -44,6 +44,7 @@ from __future__ import annotations
 
 import copy
 import json
+import os
 import random
 import re
 from functools import cached_property, lru_cache
@@ -214,7 +215,7 @@ class _TargetDrill(BfclEnv):
         texts, answers, forms = [], [], set()
         for _ in range(4 * k):  # distinct replies; a task with few values to vary may give fewer than k
             self.entry, self.answer = original
-            messages = _TargetDrill._freshen(self, category, rng)
+            messages = _TargetDrill._freshen(self, category, rng)  # one variant; subclasses' _freshen lead here
             if (form := _form(next(iter(self.answer[0].values())))) not in forms:
                 forms.add(form)
                 texts.append(messages[-1].content)
@@ -401,7 +402,7 @@ def _ask_all(requests: list[str], rng: random.Random) -> str:
     one_span = (head >= 2 and not words[0][head - 1].endswith(",")  # "a player, X, Y and Z" would read as a list of four
                 and all(s and len(m) <= 6 and "," not in s and " and " not in s for m, s in zip(middles, spans)))
     if one_span and rng.random() < 0.75:
-        end = " ".join(words[0][len(words[0]) - tail:]) if tail else ""
+        end = " ".join(words[0][len(words[0]) - tail:])
         listed = ", ".join(spans[:-1]) + " and " + spans[-1]
         return " ".join(filter(None, (" ".join(words[0][:head]), listed + stop, end)))
     later = [(f"Do the same for {s}." if one_span and rng.random() < 0.5 else _also(r))
@@ -410,11 +411,9 @@ def _ask_all(requests: list[str], rng: random.Random) -> str:
 
 
 def _shared_run(lists: list[list[str]]) -> int:
-    """How many leading items every list shares, leaving each at least one item of its own."""
-    n = 0
-    while all(n < len(w) - 1 for w in lists) and len({w[n] for w in lists}) == 1:
-        n += 1
-    return n
+    """How many leading items every list shares, leaving each at least one item of its own
+    (os.path.commonprefix compares any sequences item by item, not only strings)."""
+    return min(len(os.path.commonprefix(lists)), min(len(w) for w in lists) - 1)
 
 
 def _also(request: str) -> str:
