@@ -7,7 +7,7 @@ import pytest
 
 from trace_agents.agent.policy import Reply
 from trace_agents.envs.base import Step
-from trace_agents.synthesis.calibrate import measure, pass_at_k, tune
+from trace_agents.synthesis.calibrate import hint_effect, measure, pass_at_k, tune
 from trace_agents.types import Message, Verdict
 
 
@@ -59,6 +59,34 @@ def test_measure_and_tune_move_difficulty_into_the_band():
     # d=0.5: P(success) = 0.125 -> too hard -> d=0.25: P = 0.42 -> in band, stop
     assert [h.difficulty for h in history] == [0.5, 0.25] and chosen == 0.25
     assert 0.2 <= history[-1].success_rate <= 0.6
+
+
+class HintedCoinEnv(CoinEnv):
+    def hint(self):
+        return "say a small number"
+
+
+class ReadsTheHint:
+    """Answers 0 (success) when the prompt carries the hint, else 1 (failure); `obey=False` the reverse."""
+
+    name = "reads-hint"
+
+    def __init__(self, obey: bool = True):
+        self.obey = obey
+
+    def act(self, requests, sampling):
+        hinted = ["Hint: say a small number" in r.messages[0].content for r in requests]
+        return [Reply(Message(role="assistant", content="0" if h == self.obey else "1"), "") for h in hinted]
+
+
+def test_hint_effect_compares_the_same_seeds_with_and_without_the_hint():
+    helped = hint_effect(lambda: HintedCoinEnv(0.0), ReadsTheHint(), seeds=5, samples=2)
+    assert helped["without"]["success_rate"] == 0 and helped["with"]["success_rate"] == 1
+    assert helped["with"]["hinted"] and not helped["without"]["hinted"] and helped["helps"]
+    hurt = hint_effect(lambda: HintedCoinEnv(0.0), ReadsTheHint(obey=False), seeds=5, samples=2)
+    assert hurt["success_change"] == -1 and not hurt["helps"]
+    with pytest.raises(ValueError, match="no hint"):
+        hint_effect(lambda: CoinEnv(0.0), ReadsTheHint(), seeds=5, samples=2)
 
 
 def test_synthesize_writes_valid_builtin_modules(tmp_path):

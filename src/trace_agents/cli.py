@@ -341,13 +341,15 @@ def calibrate_cmd(
     tune_difficulty: bool = typer.Option(True, "--tune/--no-tune", help="Bisect the env's difficulty towards the band."),
     rounds: int = typer.Option(3, "--rounds", help="Tuning rounds at most."),
     max_steps: int = typer.Option(8, "--max-steps", help="Assistant turns per episode at most."),
+    hint: bool = typer.Option(False, "--hint", help="Also roll the same seeds with the env's hint shown to every "
+                              "sample: does it raise success? (training shows it to hint_fraction of each group)"),
 ):
     """Measure mean reward, success, pass@k and degenerate groups of the base policy on an environment."""
     import inspect as _inspect
 
     from trace_agents.agent.policy import make_policy
     from trace_agents.envs.base import resolve_env
-    from trace_agents.synthesis.calibrate import measure, report, tune
+    from trace_agents.synthesis.calibrate import hint_effect, measure, report, tune
     from trace_agents.types import write_json
 
     if seeds < 1 or samples < 2:
@@ -361,10 +363,20 @@ def calibrate_cmd(
         else:
             history, chosen = [measure(make_env, policy, seeds=seeds, samples=samples, max_steps=max_steps)], None
     result = report(history, chosen)
+    if hint:
+        if not hasattr(make_env(), "hint"):
+            raise UsageError(f"{env} has no hint() to check: leave out --hint")
+        at = (lambda: cls(difficulty=chosen)) if chosen is not None else make_env
+        with console.status("the same seeds with the hint"):
+            result["hint"] = hint_effect(at, policy, seeds=seeds, samples=samples, max_steps=max_steps, difficulty=chosen)
     write_json(out, {"env": env, "model": model, **result})
     r = result["result"]
     console.print(f"difficulty {chosen}: success {r['success_rate']:.2f}, mean reward {r['mean_reward']:.2f}, "
                   f"pass@k {r['pass_at_k']:.2f}, degenerate {r['degenerate_fraction']:.2f}, in band: {r['ok']}")
+    if hint:
+        h = result["hint"]
+        console.print(f"hint: success {h['without']['success_rate']:.2f} without, {h['with']['success_rate']:.2f} with"
+                      + ("" if h["helps"] else " - it does not help this policy: train with hint_fraction 0"))
 
 
 @app.command("train")
