@@ -57,6 +57,19 @@ def test_bad_arguments_exit_2_with_a_fix(tmp_path):
     assert p.returncode == 2 and "fresh applies" in p.stderr
 
 
+def test_calibrate_with_the_hint_and_without(tmp_path):
+    out = tmp_path / "cal.json"
+    cal = ("calibrate", "--model", "tiny-random", "--no-tune", "--seeds", "2", "--samples", "2", "--max-steps", "1",
+           "--out", str(out))
+    p = run(*cal, "--env", "bfcl/simple_python", "--hint")
+    assert p.returncode == 2 and "leave out --hint" in p.stderr and not out.exists()
+    p = run(*cal, "--env", "synthetic/function_selection", "--hint", "--dtype", "bfloat16")
+    assert p.returncode == 0, p.stderr
+    h = json.loads(out.read_text())["hint"]
+    assert not h["without"]["hinted"] and h["with"]["hinted"] and h["with"]["seeds"] == 2
+    assert h["success_change"] == h["with"]["success_rate"] - h["without"]["success_rate"]
+
+
 def test_analyze_rules_and_select(tmp_path):
     from conftest import assistant, call
     from test_probes import episode

@@ -90,6 +90,11 @@ class RolloutSpec:
     router: str = "token"
 
 
+def _check_dtype(dtype: str) -> None:
+    if dtype not in ("float32", "bfloat16", "float16"):
+        raise UsageError(f"--dtype must be float32, bfloat16 or float16, not {dtype!r}")
+
+
 def _run_rollouts(spec: RolloutSpec, partial: Path | None = None):
     from trace_agents.agent.policy import Sampling, make_policy
     from trace_agents.agent.rollout import rollout
@@ -97,8 +102,7 @@ def _run_rollouts(spec: RolloutSpec, partial: Path | None = None):
 
     if spec.split not in ("train", "test"):
         raise UsageError(f"--split must be train or test, not {spec.split!r}")
-    if spec.dtype not in ("float32", "bfloat16", "float16"):
-        raise UsageError(f"--dtype must be float32, bfloat16 or float16, not {spec.dtype!r}")
+    _check_dtype(spec.dtype)
     if spec.router not in ("token", "task"):
         raise UsageError(f"--router must be token or task, not {spec.router!r}")
     make_env = resolve_env(spec.env)
@@ -343,6 +347,7 @@ def calibrate_cmd(
     max_steps: int = typer.Option(8, "--max-steps", help="Assistant turns per episode at most."),
     hint: bool = typer.Option(False, "--hint", help="Also roll the same seeds with the env's hint shown to every "
                               "sample: does it raise success? (training shows it to hint_fraction of each group)"),
+    batch_size: int = BatchOpt, dtype: str = DtypeOpt,
 ):
     """Measure mean reward, success, pass@k and degenerate groups of the base policy on an environment."""
     import inspect as _inspect
@@ -354,9 +359,12 @@ def calibrate_cmd(
 
     if seeds < 1 or samples < 2:
         raise UsageError("--seeds must be >= 1 and --samples >= 2 (groups need two samples)")
+    _check_dtype(dtype)
     make_env = resolve_env(env)
     cls = type(make_env())
-    policy = make_policy(model)
+    if hint and not hasattr(cls, "hint"):
+        raise UsageError(f"{env} has no hint() to check: leave out --hint")
+    policy = make_policy(model, dtype=dtype, batch_size=batch_size)
     with console.status(f"calibrating {env}"):
         if tune_difficulty and "difficulty" in _inspect.signature(cls.__init__).parameters:
             chosen, history = tune(cls, policy, rounds=rounds, seeds=seeds, samples=samples, max_steps=max_steps)
@@ -364,8 +372,6 @@ def calibrate_cmd(
             history, chosen = [measure(make_env, policy, seeds=seeds, samples=samples, max_steps=max_steps)], None
     result = report(history, chosen)
     if hint:
-        if not hasattr(make_env(), "hint"):
-            raise UsageError(f"{env} has no hint() to check: leave out --hint")
         at = (lambda: cls(difficulty=chosen)) if chosen is not None else make_env
         with console.status("the same seeds with the hint"):
             result["hint"] = hint_effect(at, policy, seeds=seeds, samples=samples, max_steps=max_steps, difficulty=chosen)
