@@ -354,7 +354,7 @@ def calibrate_cmd(
 
     from trace_agents.agent.policy import make_policy
     from trace_agents.envs.base import resolve_env
-    from trace_agents.synthesis.calibrate import hint_effect, measure, report, tune
+    from trace_agents.synthesis.calibrate import chosen_round, hint_effect, measure, report, tune
     from trace_agents.types import write_json
 
     if seeds < 1 or samples < 2:
@@ -374,7 +374,8 @@ def calibrate_cmd(
     if hint:
         at = (lambda: cls(difficulty=chosen)) if chosen is not None else make_env
         with console.status("the same seeds with the hint"):
-            result["hint"] = hint_effect(at, policy, seeds=seeds, samples=samples, max_steps=max_steps, difficulty=chosen)
+            result["hint"] = hint_effect(at, policy, seeds=seeds, samples=samples, max_steps=max_steps, difficulty=chosen,
+                                         without=chosen_round(history, chosen))  # its unhinted arm is that round
     write_json(out, {"env": env, "model": model, **result})
     r = result["result"]
     console.print(f"difficulty {chosen}: success {r['success_rate']:.2f}, mean reward {r['mean_reward']:.2f}, "

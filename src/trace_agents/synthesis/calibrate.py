@@ -21,6 +21,8 @@ from typing import Any, Callable
 from trace_agents.agent.policy import Policy, Sampling
 from trace_agents.agent.rollout import rollout
 
+# Temperature 1 as in training; Sampling's fixed seed makes measure and hint_effect's arms sample alike.
+SAMPLING = Sampling(temperature=1.0, max_new_tokens=192)
 BANDS = {"mean_reward": (0.2, 0.6), "success_rate": (0.2, 0.6), "degenerate_fraction": (0.0, 0.2)}
 
 
@@ -54,8 +56,7 @@ def measure(make_env: Callable, policy: Policy, *, seeds: int = 8, samples: int 
     env = make_env()
     chosen = env.seeds("train")[:seeds]
     trajs = rollout(make_env, policy, chosen, samples=samples, max_steps=max_steps,
-                    sampling=sampling or Sampling(temperature=1.0, max_new_tokens=192),
-                    hint_samples=samples if hinted else 0)
+                    sampling=sampling or SAMPLING, hint_samples=samples if hinted else 0)
     groups = [trajs[i : i + samples] for i in range(0, len(trajs), samples)]
     rewards = [t.reward for t in trajs]
     stats = {
@@ -69,17 +70,18 @@ def measure(make_env: Callable, policy: Policy, *, seeds: int = 8, samples: int 
 
 
 def hint_effect(make_env: Callable, policy: Policy, *, seeds: int = 8, samples: int = 4, max_steps: int = 8,
-                sampling: Sampling | None = None, difficulty: float | None = None) -> dict[str, Any]:
+                sampling: Sampling | None = None, difficulty: float | None = None,
+                without: Calibration | None = None) -> dict[str, Any]:
     """The base policy on the same seeds without and with the env's hint (same sampling seed, so the two
-    arms differ only by the hint): does showing it while training sample make successes likelier?"""
+    arms differ only by the hint): does showing it while training sample make successes likelier?
+    `without`: the unhinted arm when already measured with the same arguments (a calibration's own)."""
     if not hasattr(make_env(), "hint"):
         raise ValueError("this environment has no hint() to check: give one, or train with hint_fraction 0")
-    sampling = sampling or Sampling(temperature=1.0, max_new_tokens=192, seed=0)
-    arms = {name: measure(make_env, policy, seeds=seeds, samples=samples, max_steps=max_steps, sampling=sampling,
-                          difficulty=difficulty, hinted=hinted) for name, hinted in (("without", False), ("with", True))}
-    change = arms["with"].success_rate - arms["without"].success_rate
-    return {"without": asdict(arms["without"]), "with": asdict(arms["with"]), "success_change": change,
-            "helps": change > 0}
+    arm = dict(seeds=seeds, samples=samples, max_steps=max_steps, sampling=sampling, difficulty=difficulty)
+    without = without or measure(make_env, policy, **arm)
+    hinted = measure(make_env, policy, hinted=True, **arm)
+    change = hinted.success_rate - without.success_rate
+    return {"without": asdict(without), "with": asdict(hinted), "success_change": change, "helps": change > 0}
 
 
 def tune(env_class: Callable[..., Any], policy: Policy, *, rounds: int = 4, **kwargs) -> tuple[float, list[Calibration]]:
@@ -106,8 +108,13 @@ def _distance(success: float) -> float:
     return 0.0 if lo <= success <= hi else min(abs(success - lo), abs(success - hi))
 
 
+def chosen_round(history: list[Calibration], chosen: float | None) -> Calibration:
+    """The round measured at the chosen difficulty (the last one when none was chosen)."""
+    return next((c for c in history if c.difficulty == chosen), history[-1])
+
+
 def report(history: list[Calibration], chosen: float | None) -> dict:
-    best = next((c for c in history if c.difficulty == chosen), history[-1])
+    best = chosen_round(history, chosen)
     return {
         "bands": {k: list(v) for k, v in BANDS.items()},
         "difficulty": chosen,
