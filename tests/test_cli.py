@@ -65,8 +65,9 @@ def test_calibrate_with_the_hint_and_without(tmp_path):
     assert p.returncode == 2 and "leave out --hint" in p.stderr and not out.exists()
     p = run(*cal, "--env", "synthetic/function_selection", "--hint", "--dtype", "bfloat16", "--max-new-tokens", "24")
     assert p.returncode == 0, p.stderr
-    assert json.loads(out.read_text())["sampling"]["max_new_tokens"] == 24
-    h = json.loads(out.read_text())["hint"]
+    written = json.loads(out.read_text())
+    assert written["sampling"]["max_new_tokens"] == 24
+    h = written["hint"]
     assert not h["without"]["hinted"] and h["with"]["hinted"] and h["with"]["seeds"] == 2
     assert h["success_change"] == h["with"]["success_rate"] - h["without"]["success_rate"]
 
