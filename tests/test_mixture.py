@@ -34,3 +34,21 @@ def test_split_seeds_are_each_envs_own_residue():
 def test_a_bad_part_is_named():
     with pytest.raises(EnvError, match="nope"):
         resolve_env("target/function_selection+nope")
+
+
+def test_a_reseeded_target_in_a_mixture_reaches_every_train_task_and_no_test_task():
+    from trace_agents.envs.bfcl import BfclEnv
+    from trace_agents.envs.mixture import MixtureEnv, Reseeded
+
+    target = BfclEnv("multiple")
+    mix = MixtureEnv([TargetFunctionSelectionEnv, TargetArgumentGroundingEnv, lambda: Reseeded(lambda: BfclEnv("multiple"))])
+    reached = set()
+    for seed in [s for s in mix.seeds("train") if s % 3 == 2][:400]:
+        mix.reset(seed)
+        reached.add(mix.task_id)
+    assert reached == {f"multiple_{s}" for s in target.seeds("train")}  # 3 and 100 coprime: all 100, not a third
+    assert mix.reset(5) == target.reset(target.seeds("train")[5]) and not hasattr(mix, "hint")
+    mix.reset(1_000_001)  # residue 2: the target's test split
+    assert mix.task_id in {f"multiple_{s}" for s in target.seeds("test")}
+    with pytest.raises(ValueError, match="no train seeds"):
+        Reseeded(lambda: type("Empty", (), {"name": "empty", "seeds": lambda self, split: []})())

@@ -264,6 +264,19 @@ def test_shared_steps_train_one_adapter_on_all_envs_that_every_capability_adapte
     train_adapters(envs, "tiny-random", tmp_path / "kept", t.model_copy(update={"guard_seeds": 2, "guard_every": 1}), logs.append)
     assert keeps == [0, 1, 1]
     assert sum(m.endswith("guard on 2 test seeds of drills: last step 0.000, shared 0.000 -> kept last step") for m in logs) == 2
+    # shared_target: the target's train tasks join the shared mixture only
+    seen.clear()
+    train_adapters(envs, "tiny-random", tmp_path / "target", t.model_copy(update={"shared_target": True}), target_env="bfcl/parallel")
+    assert [s[:2] for s in seen] == [(["bfcl/multiple", "bfcl/parallel", "bfcl/simple_python"], "_shared"),
+                                     (["bfcl/multiple"], "a"), (["bfcl/simple_python"], "b")]
+
+
+def test_shared_target_needs_a_shared_adapter():
+    from trace_agents.pipeline import TrainingCfg
+
+    with pytest.raises(ValueError, match="shared_target adds the target's train tasks.*set shared_steps > 0"):
+        TrainingCfg(shared_target=True)
+    assert TrainingCfg(shared_steps=2, shared_target=True).shared_target
 
 
 def test_a_shared_adapter_is_evaluated_as_a_system_with_its_own_rollouts(tmp_path):

@@ -130,13 +130,17 @@ class TrainingCfg(_Cfg):
     carry_optimizer: bool = Field(False, description="With shared_steps: each capability adapter's own steps start from "
                                   "the shared run's AdamW moments instead of a fresh AdamW (training/grpo.py init_optimizer; measured "
                                   "once, no better: README, session 20).")
+    shared_target: bool = Field(False, description="With shared_steps: the target's train tasks are one more environment "
+                                "of the shared adapter's mixture (1/(n+1) of its groups with n capability envs; no hint "
+                                "there). Same rollouts: the share comes out of the drills'.")
 
-    _quiet_at_default = frozenset({"guard_seeds", "guard_every", "guard_target", "carry_optimizer"})
+    _quiet_at_default = frozenset({"guard_seeds", "guard_every", "guard_target", "carry_optimizer", "shared_target"})
 
     @model_validator(mode="after")
     def _own_step_options_need_a_shared_adapter(self) -> "TrainingCfg":
         for option, off, why in (("guard_seeds", "0", "compares each capability adapter with the shared adapter it started from"),
-                                 ("carry_optimizer", "false", "starts each capability adapter from the shared run's optimizer")):
+                                 ("carry_optimizer", "false", "starts each capability adapter from the shared run's optimizer"),
+                                 ("shared_target", "false", "adds the target's train tasks to the shared adapter's mixture")):
             if getattr(self, option) and not self.shared_steps:
                 raise ValueError(f"{option} {why}: set shared_steps > 0, or {option}: {off}")
         for option, what in (("guard_every", "keeps earlier steps for the guard to choose among"),
@@ -415,7 +419,8 @@ def run_pipeline(config: RunConfig, resume: bool = True, log: Callable[[str], No
     probed = [target_probe.max_new_tokens] if target_probe else []  # quiet when off: old run folders keep their prints
     adapters_dir, adapters = stages.start("adapters", _at(config.dtype, [config.training, sorted(envs), *probed]), train_adapters,
                                           {"envs": envs, "model": model, "t": config.training, "dtype": config.dtype,
-                                           "target": target_probe},
+                                           "target": target_probe,
+                                           "target_env": config.target if config.training.shared_target else None},
                                           background=config.parallel)
     adapters_spent = _rollouts_spent(config.training) * len(envs) + _rollouts_spent(config.training, config.training.shared_steps)
     spent = adapters_spent + _rollouts_spent(config.training, config.compose.gate_grpo_steps)
@@ -424,7 +429,7 @@ def run_pipeline(config: RunConfig, resume: bool = True, log: Callable[[str], No
     t = config.training
     baseline = t.model_copy(update={"steps": max(1, round(spent / (t.group_size * t.groups_per_step))),
                                     "hint_fraction": 0.0, "shared_steps": 0, "guard_seeds": 0,
-                                    "guard_every": 0, "carry_optimizer": False})
+                                    "guard_every": 0, "carry_optimizer": False, "shared_target": False})
     # with the guard on the target's train tasks, the baseline gets the same choice among its kept steps
     keep = {"keep_every": t.guard_every} if target_probe else {}
 
@@ -670,7 +675,7 @@ def _target_probe(config: RunConfig, max_steps: int) -> Probe | None:
 
 
 def train_adapters(envs: dict[str, Path], model: str, out: Path, t: TrainingCfg, log: Callable[[str], None] = print,
-                   dtype: str = "float32", target: Probe | None = None) -> None:
+                   dtype: str = "float32", target: Probe | None = None, target_env: str | None = None) -> None:
     """One adapter per capability env in `out/<name>/adapter`. With `t.shared_steps`, one adapter is
     first trained on all the envs mixed (`out/_shared`) and each capability adapter starts from it.
 
@@ -679,9 +684,10 @@ def train_adapters(envs: dict[str, Path], model: str, out: Path, t: TrainingCfg,
     the same rollouts 51%. Starting every expert from the shared adapter keeps what they have in
     common out of the split budget; the per-capability steps then specialise it. With `t.guard_seeds`, a
     capability adapter whose own steps made it worse on held-out seeds of its env (and, with `target`, a
-    guard.Probe, on the target's train tasks) is replaced by the shared one or a kept earlier step."""
+    guard.Probe, on the target's train tasks) is replaced by the shared one or a kept earlier step. With
+    `target_env` (training.shared_target), the shared adapter's mixture holds the target's train tasks too."""
     from trace_agents.envs.base import resolve_env
-    from trace_agents.envs.mixture import MixtureEnv
+    from trace_agents.envs.mixture import MixtureEnv, Reseeded
     from trace_agents.training.grpo import latest_checkpoint
 
     # the env factories themselves, not an `A+B` string: a run folder's path may hold a "+"
@@ -689,6 +695,8 @@ def train_adapters(envs: dict[str, Path], model: str, out: Path, t: TrainingCfg,
     init = None
     if t.shared_steps:
         parts = list(makers.values())
+        if target_env:  # reseeded: its own seeds are BFCL task numbers, too few for a mixture's residue classes
+            parts.append(lambda: Reseeded(resolve_env(target_env)))
         mixed = parts[0] if len(parts) == 1 else (lambda: MixtureEnv(parts))
         _train(mixed, model, out / SHARED, t.model_copy(update={"steps": t.shared_steps}), ENV_TURNS,
                lambda m: log(f"[adapters] shared {m}"), dtype=dtype)

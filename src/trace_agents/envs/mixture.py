@@ -45,3 +45,33 @@ class MixtureEnv:
         if key.startswith("__") or key in ("envs", "current"):
             raise AttributeError(key)
         return getattr(self.current, key)
+
+
+class Reseeded:
+    """`env` with the seed-first ranges of the built-in families (train 0..99,999, test 1,000,000..), seed s
+    being `env`'s (s mod n)-th seed of that split: so an env with few seeds of its own numbering (a BFCL
+    category's task numbers) can join a MixtureEnv, whose residue classes would otherwise give it only 1/n of
+    its tasks (with n coprime to its seed count every task stays reachable)."""
+
+    def __init__(self, make_env: Callable[[], Env]):
+        from trace_agents.synthesis.families import TEST_SEEDS, TRAIN_SEEDS
+
+        self.env = make_env()
+        self.name = self.env.name
+        self._ranges = {"train": TRAIN_SEEDS, "test": TEST_SEEDS}
+        self._own = {split: self.env.seeds(split) for split in ("train", "test")}
+        if not self._own["train"]:
+            raise ValueError(f"{self.name} has no train seeds to reseed")
+
+    def seeds(self, split: Split) -> list[int]:
+        return list(self._ranges[split]) if self._own.get(split) else []
+
+    def reset(self, seed: int) -> list[Message]:
+        split = "train" if seed in self._ranges["train"] else "test"
+        own = self._own[split]
+        return self.env.reset(own[seed % len(own)])
+
+    def __getattr__(self, key: str) -> Any:
+        if key.startswith("__") or key in ("env", "_ranges", "_own"):
+            raise AttributeError(key)
+        return getattr(self.env, key)
