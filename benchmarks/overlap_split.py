@@ -18,7 +18,7 @@ from pathlib import Path
 
 from trace_agents.envs.bfcl import load_category, split_of
 
-SYSTEMS = ("base", "grpo", "grpo_last_step", "composed", "task_router")
+SYSTEMS = ("base", "grpo", "grpo_last_step", "composed", "composed_last_step", "task_router")
 
 
 def seen_in_train(category: str) -> set[str]:
@@ -45,12 +45,17 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("records", nargs="+", type=Path)
     args = ap.parse_args()
-    rows = {p.stem: split_record(json.loads(p.read_text())) for p in args.records}
+    records = {p.stem: json.loads(p.read_text()) for p in args.records}
+    rows = {name: split_record(r) for name, r in records.items()}
     total: dict[str, dict[str, int]] = {}
-    for row in rows.values():
+    for name, row in rows.items():
         # grpo_last_step where a guard chose another step, else grpo: the last step either way
-        last = row.get("grpo_last_step", row.get("grpo"))
-        for system, counts in (("base", row["base"]), ("grpo_last_step", last), ("composed", row["composed"])):
+        last = {"grpo_last_step": row.get("grpo_last_step", row.get("grpo"))}
+        # likewise for the adapters, but records from before composed_last_step do not have it under a guard
+        if "composed_last_step" in row or not records[name]["config"]["training"].get("guard_seeds"):
+            last["composed_last_step"] = row.get("composed_last_step", row["composed"])
+        for system, counts in (("base", row["base"]), ("composed", row["composed"]), *last.items()):
+            total.setdefault(system, {"records": 0})["records"] += 1
             for part, n in counts.items():
                 total.setdefault(system, {}).setdefault(part, 0)
                 total[system][part] += n

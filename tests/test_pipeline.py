@@ -1,4 +1,5 @@
 import json
+import shutil
 import time
 from pathlib import Path
 
@@ -327,6 +328,34 @@ def test_a_guarded_grpo_baseline_is_also_evaluated_at_its_last_step_without_runn
     assert json.loads((tmp_path / "eval" / "grpo_last_step.json").read_text())["same_as"] == "grpo"
 
 
+def test_the_capability_adapters_last_steps_are_composed_only_when_a_guard_kept_an_earlier_one(tmp_path):
+    """composed_last_step is grpo_last_step's counterpart: the adapters as trained, whatever the guard kept."""
+    from trace_agents.pipeline import LAST_STEP, RunConfig, _composed_last_step, _last_steps, _systems
+
+    adapters, compose = tmp_path / "adapters", tmp_path / "compose"
+    envs = {"a": tmp_path / "a.py", "b": tmp_path / "b.py"}
+    kept = {n: adapters / n / "adapter" for n in envs}
+    for n in envs:
+        (adapters / n).mkdir(parents=True)
+    assert _last_steps(adapters, envs) is None  # no guard ran
+    (adapters / "a" / "guard.json").write_text(json.dumps({"kept": "own"}))
+    (adapters / "b" / "guard.json").write_text(json.dumps({"kept": "own"}))
+    assert _last_steps(adapters, envs) == kept
+    assert _composed_last_step(compose, kept, kept, print) == compose / "composed"  # the same model: a twin
+    (adapters / "b" / "guard.json").write_text(json.dumps({"kept": "step_8"}))
+    last = _last_steps(adapters, envs)
+    assert last == {"a": adapters / "a" / "adapter", "b": adapters / "b" / "adapter_own"}
+    logs = []
+    assert _composed_last_step(compose, last, kept, logs.append) is None and "delete that folder" in logs[0]
+    (compose / LAST_STEP).mkdir(parents=True)
+    assert _composed_last_step(compose, last, kept, logs.append) == compose / LAST_STEP
+
+    config = RunConfig.model_validate({"run_dir": tmp_path, "training": {"steps": 2, "group_size": 2, "groups_per_step": 1}})
+    systems = _systems(config, "m", kept, tmp_path / "g", compose / "composed", 18, 18, composed_last_step=compose / LAST_STEP)
+    assert [n for n in systems if ":" not in n] == ["base", "grpo", "composed", "composed_last_step", "task_router"]
+    assert systems["composed_last_step"]["composed"] == str(compose / LAST_STEP) and systems["composed_last_step"]["rollouts"] == 18
+
+
 def test_max_capabilities_keeps_the_first_valid_envs_by_delta_or_by_coverage(tmp_path):
     from trace_agents.pipeline import AnalysisCfg, _valid_envs
 
@@ -388,6 +417,24 @@ def test_another_training_seed_reuses_the_stages_it_does_not_reach_and_a_recipe_
         assert list(guard["probes"]) == ["drills", "target"] and guard["probes"]["target"]["seeds"] == 2
     assert sum("guard on 2 test seeds of drills + 2 train seeds of target:" in m for m in logs) == len(summary["capabilities"])
     assert sum(m.startswith("[grpo_baseline] grpo guard on 2 train seeds of target:") for m in logs) == 1
+    # every guard kept the last step here: composed_last_step is composed's twin, evaluated from its episodes
+    assert all(json.loads((seeded.run_dir / "04_adapters" / n / "guard.json").read_text())["kept"] == "own"
+               for n in summary["capabilities"])
+    assert not (seeded.run_dir / "06_compose" / "composed_last_step").exists()
+    last = json.loads((seeded.run_dir / "07_evaluation" / "composed_last_step.json").read_text())
+    assert last["same_as"] == "composed"
+    # as if one guard had kept an earlier step: the last steps are composed, and evaluated beside the rest
+    one = seeded.run_dir / "04_adapters" / summary["capabilities"][0]
+    shutil.copytree(one / "adapter", one / "adapter_own")
+    (one / "guard.json").write_text(json.dumps({"kept": "step_1"}))
+    shutil.rmtree(seeded.run_dir / "06_compose")
+    logs.clear()
+    run_pipeline(probed, log=logs.append)
+    assert [m.split("]")[0][1:] for m in logs if m.endswith("running")] == ["compose", "evaluation"]
+    assert (seeded.run_dir / "06_compose" / "composed_last_step" / "composed.json").exists()
+    table = json.loads((seeded.run_dir / "07_evaluation" / "table.json").read_text())
+    assert "same_as" not in json.loads((seeded.run_dir / "07_evaluation" / "composed_last_step.json").read_text())
+    assert table["p_values"]["composed_last_step_vs_grpo_last_step"] is not None
 
 
 def test_seeds_pool_into_mean_success_and_p_values_over_their_shared_tasks(tmp_path):

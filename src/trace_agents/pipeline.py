@@ -162,6 +162,12 @@ class ComposeCfg(_Cfg):
     gate_grpo_steps: int = Field(0, ge=0, description="GRPO steps on the gates only, against the target's train split, "
                                  "after the fit (0: none). Their rollouts count in TRACE's budget, so the GRPO baseline gets them too.")
     gate_grpo_lr: float = Field(1e-3, gt=0, description="Learning rate of gate GRPO.")
+    last_step: bool = Field(True, description="When a guard chose among the capability adapters' steps (training."
+                            "guard_seeds), also compose their last steps (system composed_last_step), the counterpart "
+                            "of grpo_last_step: neither then depends on the guard's probe. Not with gate_grpo_steps "
+                            "(its gates would need rollouts of their own).")
+
+    _quiet_at_default = frozenset({"last_step"})
 
 
 class EvaluationCfg(_Cfg):
@@ -262,7 +268,10 @@ def load_config(path: str | Path) -> RunConfig:
 
 # the paired-bootstrap comparisons of the evaluation table: (A, B) gives the p-value `A_vs_B`
 # grpo_last_step: only when a guard chose among GRPO's steps (training.guard_target); see _systems
-COMPARED = [(a, b) for a in ("composed", "task_router") for b in ("base", "grpo", "grpo_last_step")]
+LAST_STEP = "composed_last_step"  # the compose stage's folder (and the system) of the adapters' last steps
+# composed_last_step vs grpo_last_step: both as trained, no guard choosing either (ComposeCfg.last_step)
+COMPARED = [(a, b) for a in ("composed", "task_router") for b in ("base", "grpo", "grpo_last_step")] + [
+    ("composed_last_step", "base"), ("composed_last_step", "grpo_last_step")]
 
 
 # ---- stage bookkeeping ---------------------------------------------------------------------------
@@ -448,24 +457,34 @@ def run_pipeline(config: RunConfig, resume: bool = True, log: Callable[[str], No
         adapters.cancel()
         raise
     adapter_dirs = {n: adapters_dir / n / "adapter" for n in envs}
+    c = config.compose
+    last_steps = _last_steps(adapters_dir, envs) if c.last_step and not c.gate_grpo_steps else None
 
     def composition(d: Path) -> None:
         from trace_agents.compose.build import build, definitions_from
 
-        c = config.compose
-        build(model, adapter_dirs, {n: str(p) for n, p in envs.items()}, d / "composed", router=c.router, decide=c.decide,
-              gate_steps=c.gate_steps, gate_trajectories=c.gate_trajectories, gate_labels=c.gate_labels,
-              task_router=c.task_router,
-              top_p=c.top_p, definitions=definitions_from(analysis_dir / "capabilities.json"), dtype=config.dtype, log=log)
+        def compose(adapters: dict[str, Path], out: Path, task_router: bool) -> None:
+            build(model, adapters, {n: str(p) for n, p in envs.items()}, out, router=c.router, decide=c.decide,
+                  gate_steps=c.gate_steps, gate_trajectories=c.gate_trajectories, gate_labels=c.gate_labels,
+                  task_router=task_router, top_p=c.top_p, definitions=definitions_from(analysis_dir / "capabilities.json"),
+                  dtype=config.dtype, log=log)
+
+        compose(adapter_dirs, d / "composed", c.task_router)
         if c.gate_grpo_steps:
             _train_gates(make_target, d / "composed", d / "gate_grpo", config.training, c, max_steps,
                          lambda m: log(f"[compose] gate GRPO {m}"), config.dtype)
+        if last_steps and last_steps != adapter_dirs:
+            log("[compose] the capability adapters' last steps (a guard kept an earlier one)")
+            compose(last_steps, d / LAST_STEP, task_router=False)
 
     compose_dir = stages.run("compose", _at(config.dtype, config.compose), composition)
     shared = adapters_dir / SHARED / "adapter" if config.training.shared_steps else None
+    composed_last = _composed_last_step(compose_dir, last_steps, adapter_dirs, log)
     systems = _systems(config, model, adapter_dirs, baseline_dir / "grpo" / "adapter", compose_dir / "composed", spent,
-                       adapters_spent, shared, _guarded_last_step(baseline_dir / "grpo"))
-    table = stages.run("evaluation", _at(config.dtype, [config.evaluation, sorted(systems)]),
+                       adapters_spent, shared, _guarded_last_step(baseline_dir / "grpo"), composed_last)
+    # which composition composed_last_step is (itself or composed's twin) changes its episodes, not its name
+    evaluated = [config.evaluation, sorted(systems)] + ([{LAST_STEP: composed_last.name}] if composed_last else [])
+    table = stages.run("evaluation", _at(config.dtype, evaluated),
                        lambda d: evaluate_systems(systems, make_target, d, config.evaluation, max_steps, log))
     summary = {"model": model, "dtype": config.dtype, "target": config.target, "capabilities": sorted(envs),
                "rollouts_per_system": spent,
@@ -479,12 +498,13 @@ def run_pipeline(config: RunConfig, resume: bool = True, log: Callable[[str], No
 # ---- evaluation ----------------------------------------------------------------------------------
 def _systems(config: RunConfig, model: str, adapters: dict[str, Path], grpo: Path, composed: Path,
              spent: int, adapters_spent: int, shared: Path | None = None,
-             grpo_last_step: Path | None = None) -> dict[str, dict[str, Any]]:
+             grpo_last_step: Path | None = None, composed_last_step: Path | None = None) -> dict[str, dict[str, Any]]:
     """System name -> make_policy arguments and the training rollouts it cost (the task router uses
     no gate GRPO rollouts). With a shared adapter, it is a system too (what composition adds to it).
     With `grpo_last_step` (a guard chose among GRPO's steps), GRPO's last step is a system too: on
     fsl_s6 the 32-task probe kept step 8 of 96, 31% on the test tasks against 51% for the last step
-    (README), so the table shows both rather than let the probe's noise decide the comparison."""
+    (README), so the table shows both rather than let the probe's noise decide the comparison. Likewise
+    `composed_last_step`: the composition of the capability adapters' last steps."""
     t = config.training
     per_adapter = _rollouts_spent(t) + _rollouts_spent(t, t.shared_steps)
     systems: dict[str, dict[str, Any]] = {"base": {"rollouts": 0}, "grpo": {"adapter": str(grpo), "rollouts": spent}}
@@ -495,6 +515,8 @@ def _systems(config: RunConfig, model: str, adapters: dict[str, Path], grpo: Pat
             systems["shared_adapter"] = {"adapter": str(shared), "rollouts": _rollouts_spent(t, t.shared_steps)}
         systems.update({f"adapter:{n}": {"adapter": str(p), "rollouts": per_adapter} for n, p in adapters.items()})
     systems["composed"] = {"composed": str(composed), "router": "token", "rollouts": spent}
+    if composed_last_step:
+        systems["composed_last_step"] = {"composed": str(composed_last_step), "router": "token", "rollouts": spent}
     if config.compose.task_router:
         systems["task_router"] = {"composed": str(composed), "router": "task", "rollouts": adapters_spent}
     return {name: {"model": model, "dtype": config.dtype, **s} for name, s in systems.items()}
@@ -509,6 +531,29 @@ def _guarded_last_step(trained: Path) -> Path | None:
     if not guard.exists():
         return None
     return trained / (OWN if json.loads(guard.read_text())["kept"] != "own" else "adapter")
+
+
+def _last_steps(adapters_dir: Path, envs: dict[str, Path]) -> dict[str, Path] | None:
+    """Each capability adapter's last step when a guard chose among its steps; None when no guard ran."""
+    last = {n: _guarded_last_step(adapters_dir / n) for n in envs}
+    if all(p is None for p in last.values()):
+        return None
+    return {n: p or adapters_dir / n / "adapter" for n, p in last.items()}
+
+
+def _composed_last_step(compose_dir: Path, last_steps: dict[str, Path] | None, adapter_dirs: dict[str, Path],
+                        log: Callable[[str], None]) -> Path | None:
+    """The composition of the adapters' last steps: `composed` itself when every guard kept the last step
+    (evaluation then copies its episodes), None without a guard or in a compose stage made before the option."""
+    if not last_steps:
+        return None
+    if last_steps == adapter_dirs:
+        return compose_dir / "composed"
+    if not (compose_dir / LAST_STEP).is_dir():
+        log(f"[compose] no {LAST_STEP} in {compose_dir} (made before compose.last_step): delete that folder and "
+            "resume to evaluate it")
+        return None
+    return compose_dir / LAST_STEP
 
 
 def evaluate_systems(systems: dict[str, dict[str, Any]], make_target, out: Path, cfg: EvaluationCfg, max_steps: int,
