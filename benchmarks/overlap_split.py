@@ -55,7 +55,9 @@ def main() -> None:
         if "composed_last_step" in row or not records[name]["config"]["training"].get("guard_seeds"):
             last["composed_last_step"] = row.get("composed_last_step", row["composed"])
         for system, counts in (("base", row["base"]), ("composed", row["composed"]), *last.items()):
-            total.setdefault(system, {"records": 0})["records"] += 1
+            total.setdefault(system, {"records": 0, "tasks": {"overlap": 0, "no_overlap": 0}})["records"] += 1
+            for part, n in row["tasks"].items():
+                total[system]["tasks"][part] += n
             for part, n in counts.items():
                 total.setdefault(system, {}).setdefault(part, 0)
                 total[system][part] += n

@@ -330,7 +330,7 @@ def test_a_guarded_grpo_baseline_is_also_evaluated_at_its_last_step_without_runn
 
 def test_the_capability_adapters_last_steps_are_composed_only_when_a_guard_kept_an_earlier_one(tmp_path):
     """composed_last_step is grpo_last_step's counterpart: the adapters as trained, whatever the guard kept."""
-    from trace_agents.pipeline import LAST_STEP, RunConfig, _composed_last_step, _last_steps, _systems
+    from trace_agents.pipeline import COMPOSED_LAST_STEP, RunConfig, _composed_last_step, _last_steps, _systems
 
     adapters, compose = tmp_path / "adapters", tmp_path / "compose"
     envs = {"a": tmp_path / "a.py", "b": tmp_path / "b.py"}
@@ -341,19 +341,19 @@ def test_the_capability_adapters_last_steps_are_composed_only_when_a_guard_kept_
     (adapters / "a" / "guard.json").write_text(json.dumps({"kept": "own"}))
     (adapters / "b" / "guard.json").write_text(json.dumps({"kept": "own"}))
     assert _last_steps(adapters, envs) == kept
-    assert _composed_last_step(compose, kept, kept, print) == compose / "composed"  # the same model: a twin
+    assert _composed_last_step(compose, kept, False, print) == compose / "composed"  # the same model: a twin
     (adapters / "b" / "guard.json").write_text(json.dumps({"kept": "step_8"}))
     last = _last_steps(adapters, envs)
     assert last == {"a": adapters / "a" / "adapter", "b": adapters / "b" / "adapter_own"}
     logs = []
-    assert _composed_last_step(compose, last, kept, logs.append) is None and "delete that folder" in logs[0]
-    (compose / LAST_STEP).mkdir(parents=True)
-    assert _composed_last_step(compose, last, kept, logs.append) == compose / LAST_STEP
+    assert _composed_last_step(compose, last, True, logs.append) is None and "delete that folder" in logs[0]
+    (compose / COMPOSED_LAST_STEP).mkdir(parents=True)
+    assert _composed_last_step(compose, last, True, logs.append) == compose / COMPOSED_LAST_STEP
 
     config = RunConfig.model_validate({"run_dir": tmp_path, "training": {"steps": 2, "group_size": 2, "groups_per_step": 1}})
-    systems = _systems(config, "m", kept, tmp_path / "g", compose / "composed", 18, 18, composed_last_step=compose / LAST_STEP)
+    systems = _systems(config, "m", kept, tmp_path / "g", compose / "composed", 18, 18, composed_last_step=compose / COMPOSED_LAST_STEP)
     assert [n for n in systems if ":" not in n] == ["base", "grpo", "composed", "composed_last_step", "task_router"]
-    assert systems["composed_last_step"]["composed"] == str(compose / LAST_STEP) and systems["composed_last_step"]["rollouts"] == 18
+    assert systems["composed_last_step"]["composed"] == str(compose / COMPOSED_LAST_STEP) and systems["composed_last_step"]["rollouts"] == 18
 
 
 def test_max_capabilities_keeps_the_first_valid_envs_by_delta_or_by_coverage(tmp_path):

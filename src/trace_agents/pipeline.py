@@ -268,10 +268,11 @@ def load_config(path: str | Path) -> RunConfig:
 
 # the paired-bootstrap comparisons of the evaluation table: (A, B) gives the p-value `A_vs_B`
 # grpo_last_step: only when a guard chose among GRPO's steps (training.guard_target); see _systems
-LAST_STEP = "composed_last_step"  # the compose stage's folder (and the system) of the adapters' last steps
-# composed_last_step vs grpo_last_step: both as trained, no guard choosing either (ComposeCfg.last_step)
+COMPOSED_LAST_STEP = "composed_last_step"  # the compose stage's folder (and the system) of the adapters' last steps
+# composed_last_step vs grpo_last_step: both as trained, no guard choosing either (ComposeCfg.last_step); vs grpo
+# too, which is GRPO's last step when only the capability adapters had a guard (no training.guard_target)
 COMPARED = [(a, b) for a in ("composed", "task_router") for b in ("base", "grpo", "grpo_last_step")] + [
-    ("composed_last_step", "base"), ("composed_last_step", "grpo_last_step")]
+    (COMPOSED_LAST_STEP, b) for b in ("base", "grpo", "grpo_last_step")]
 
 
 # ---- stage bookkeeping ---------------------------------------------------------------------------
@@ -458,32 +459,34 @@ def run_pipeline(config: RunConfig, resume: bool = True, log: Callable[[str], No
         raise
     adapter_dirs = {n: adapters_dir / n / "adapter" for n in envs}
     c = config.compose
+    # the adapters' last steps when a guard kept an earlier step of one (else None: nothing more to compose)
     last_steps = _last_steps(adapters_dir, envs) if c.last_step and not c.gate_grpo_steps else None
+    to_compose = last_steps if last_steps and last_steps != adapter_dirs else None
 
     def composition(d: Path) -> None:
         from trace_agents.compose.build import build, definitions_from
 
-        def compose(adapters: dict[str, Path], out: Path, task_router: bool) -> None:
+        def build_into(out: Path, adapters: dict[str, Path], task_router: bool) -> None:
             build(model, adapters, {n: str(p) for n, p in envs.items()}, out, router=c.router, decide=c.decide,
                   gate_steps=c.gate_steps, gate_trajectories=c.gate_trajectories, gate_labels=c.gate_labels,
                   task_router=task_router, top_p=c.top_p, definitions=definitions_from(analysis_dir / "capabilities.json"),
                   dtype=config.dtype, log=log)
 
-        compose(adapter_dirs, d / "composed", c.task_router)
+        build_into(d / "composed", adapter_dirs, c.task_router)
         if c.gate_grpo_steps:
             _train_gates(make_target, d / "composed", d / "gate_grpo", config.training, c, max_steps,
                          lambda m: log(f"[compose] gate GRPO {m}"), config.dtype)
-        if last_steps and last_steps != adapter_dirs:
+        if to_compose:
             log("[compose] the capability adapters' last steps (a guard kept an earlier one)")
-            compose(last_steps, d / LAST_STEP, task_router=False)
+            build_into(d / COMPOSED_LAST_STEP, to_compose, task_router=False)
 
     compose_dir = stages.run("compose", _at(config.dtype, config.compose), composition)
     shared = adapters_dir / SHARED / "adapter" if config.training.shared_steps else None
-    composed_last = _composed_last_step(compose_dir, last_steps, adapter_dirs, log)
+    composed_last = _composed_last_step(compose_dir, last_steps, bool(to_compose), log)
     systems = _systems(config, model, adapter_dirs, baseline_dir / "grpo" / "adapter", compose_dir / "composed", spent,
                        adapters_spent, shared, _guarded_last_step(baseline_dir / "grpo"), composed_last)
     # which composition composed_last_step is (itself or composed's twin) changes its episodes, not its name
-    evaluated = [config.evaluation, sorted(systems)] + ([{LAST_STEP: composed_last.name}] if composed_last else [])
+    evaluated = [config.evaluation, sorted(systems)] + ([{COMPOSED_LAST_STEP: composed_last.name}] if composed_last else [])
     table = stages.run("evaluation", _at(config.dtype, evaluated),
                        lambda d: evaluate_systems(systems, make_target, d, config.evaluation, max_steps, log))
     summary = {"model": model, "dtype": config.dtype, "target": config.target, "capabilities": sorted(envs),
@@ -516,7 +519,7 @@ def _systems(config: RunConfig, model: str, adapters: dict[str, Path], grpo: Pat
         systems.update({f"adapter:{n}": {"adapter": str(p), "rollouts": per_adapter} for n, p in adapters.items()})
     systems["composed"] = {"composed": str(composed), "router": "token", "rollouts": spent}
     if composed_last_step:
-        systems["composed_last_step"] = {"composed": str(composed_last_step), "router": "token", "rollouts": spent}
+        systems[COMPOSED_LAST_STEP] = {"composed": str(composed_last_step), "router": "token", "rollouts": spent}
     if config.compose.task_router:
         systems["task_router"] = {"composed": str(composed), "router": "task", "rollouts": adapters_spent}
     return {name: {"model": model, "dtype": config.dtype, **s} for name, s in systems.items()}
@@ -541,19 +544,19 @@ def _last_steps(adapters_dir: Path, envs: dict[str, Path]) -> dict[str, Path] | 
     return {n: p or adapters_dir / n / "adapter" for n, p in last.items()}
 
 
-def _composed_last_step(compose_dir: Path, last_steps: dict[str, Path] | None, adapter_dirs: dict[str, Path],
+def _composed_last_step(compose_dir: Path, last_steps: dict[str, Path] | None, own_folder: bool,
                         log: Callable[[str], None]) -> Path | None:
     """The composition of the adapters' last steps: `composed` itself when every guard kept the last step
     (evaluation then copies its episodes), None without a guard or in a compose stage made before the option."""
     if not last_steps:
         return None
-    if last_steps == adapter_dirs:
+    if not own_folder:
         return compose_dir / "composed"
-    if not (compose_dir / LAST_STEP).is_dir():
-        log(f"[compose] no {LAST_STEP} in {compose_dir} (made before compose.last_step): delete that folder and "
-            "resume to evaluate it")
+    if not (compose_dir / COMPOSED_LAST_STEP).is_dir():
+        log(f"[compose] no {COMPOSED_LAST_STEP} in {compose_dir} (made before compose.last_step): delete that "
+            "folder and resume to evaluate it (the evaluation then reruns too)")
         return None
-    return compose_dir / LAST_STEP
+    return compose_dir / COMPOSED_LAST_STEP
 
 
 def evaluate_systems(systems: dict[str, dict[str, Any]], make_target, out: Path, cfg: EvaluationCfg, max_steps: int,

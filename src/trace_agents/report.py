@@ -301,8 +301,10 @@ def _evaluation(run_dir: Path) -> str:
     head = ["system", "n", "success", "95% CI", "mean reward", "mean tool calls", "rollouts spent", "wall seconds"]
     chart = _hbar([s["system"] for s in systems], [s["success_rate"] for s in systems], "success rate (95% CI)",
                   ci=[tuple(s["ci"]) for s in systems]) if systems else ""
+    # a pair with a system this run did not evaluate (grpo_last_step without a guard, ...) is left out
+    names = {s["system"] for s in systems}
     p_rows = [[k.replace("_", " "), "n/a (not enough paired data)" if p is None else f"{p:.4f}"]
-              for k, p in (table.get("p_values") or {}).items()]
+              for k, p in (table.get("p_values") or {}).items() if set(k.split("_vs_")) <= names]
     return intro + _table(head, rows) + chart + "<h3>p-values</h3>" + _table(["comparison", "p"], p_rows)
 
 
