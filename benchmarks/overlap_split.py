@@ -59,8 +59,7 @@ def main() -> None:
             for part, n in row["tasks"].items():
                 total[system]["tasks"][part] += n
             for part, n in counts.items():
-                total.setdefault(system, {}).setdefault(part, 0)
-                total[system][part] += n
+                total[system][part] = total[system].get(part, 0) + n
     print(json.dumps({"records": rows, "sum": total}, indent=1))
 
 
