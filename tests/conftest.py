@@ -1,6 +1,7 @@
 import json
 import threading
 from contextlib import contextmanager
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
@@ -34,3 +35,53 @@ def serving(server):
         server.shutdown()
         server.server_close()
         thread.join(timeout=5)
+
+
+class FakeOpenAI(ThreadingHTTPServer):
+    """A loopback OpenAI-compatible server for tests (run it with `serving`): `handler` answers each
+    request; the handler records bodies, hits per scenario and concurrency here, under `lock`."""
+
+    daemon_threads = True
+
+    def __init__(self, handler: type[BaseHTTPRequestHandler]):
+        super().__init__(("127.0.0.1", 0), handler)
+        self.lock = threading.Lock()
+        self.bodies: list[dict] = []
+        self.hits: dict = {}
+        self.in_flight = self.max_in_flight = 0
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.server_port}/v1"
+
+
+class JSONHandler(BaseHTTPRequestHandler):
+    """Reads a JSON request body and sends JSON replies; subclasses write `do_POST`."""
+
+    timeout = 5  # a stuck client cannot hold a handler thread forever
+
+    def log_message(self, *args):  # keep pytest output clean
+        pass
+
+    def read_json(self) -> dict:
+        return json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+
+    def send(self, status: int, obj: dict) -> None:
+        data = json.dumps(obj).encode()
+        try:
+            self.send_response(status)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+        except OSError:  # the client gave up (timeout tests)
+            pass
+
+
+def completion(content: str | None = None, tool_calls: list | None = None, finish: str = "stop") -> dict:
+    """A chat-completions reply with one choice."""
+    message = {"role": "assistant", "content": content}
+    if tool_calls:
+        message["tool_calls"] = tool_calls
+    return {"choices": [{"index": 0, "message": message, "finish_reason": finish}],
+            "usage": {"prompt_tokens": 11, "completion_tokens": 7}}

@@ -9,12 +9,10 @@ from __future__ import annotations
 
 import json
 import re
-import threading
 import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
-from conftest import serving
+from conftest import FakeOpenAI, JSONHandler, completion, serving
 
 from trace_agents.analysis.labels import Label, read_runs
 from trace_agents.analysis.llm import (Capability, LLMAnalyst, balanced_sample, fill, parse_labels,
@@ -34,40 +32,10 @@ def good(failed: bool) -> dict:
     return {"labels": {PV: "LACKING" if failed else "present", TCP: "PRESENT" if failed else "NA", "bogus_cap": "LACKING"}}
 
 
-class FakeServer(ThreadingHTTPServer):
-    daemon_threads = True
-
-    def __init__(self):
-        super().__init__(("127.0.0.1", 0), Handler)
-        self.lock = threading.Lock()
-        self.bodies: list[dict] = []
-        self.hits: dict[tuple[str, int], int] = {}  # (trajectory id, seed) -> requests
-
-
-def completion(content: str) -> dict:
-    return {"choices": [{"index": 0, "message": {"role": "assistant", "content": content}, "finish_reason": "stop"}]}
-
-
-class Handler(BaseHTTPRequestHandler):
-    timeout = 5
-
-    def log_message(self, *args):
-        pass
-
-    def send(self, status: int, obj: dict) -> None:
-        data = json.dumps(obj).encode()
-        try:
-            self.send_response(status)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(data)))
-            self.end_headers()
-            self.wfile.write(data)
-        except OSError:  # the client gave up (timeout test)
-            pass
-
+class Handler(JSONHandler):
     def do_POST(self):
-        srv: FakeServer = self.server  # type: ignore[assignment]
-        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        srv: FakeOpenAI = self.server  # type: ignore[assignment]
+        body = self.read_json()
         prompt = body["messages"][0]["content"]
         if "# Failed trajectories" in prompt:
             with srv.lock:
@@ -100,12 +68,8 @@ class Handler(BaseHTTPRequestHandler):
 
 @pytest.fixture
 def server():
-    with serving(FakeServer()) as srv:
+    with serving(FakeOpenAI(Handler)) as srv:
         yield srv
-
-
-def url(server: FakeServer) -> str:
-    return f"http://127.0.0.1:{server.server_port}/v1"
 
 
 def traj(tid: str, success: bool, messages: list[Message] | None = None, **info) -> Trajectory:
@@ -120,7 +84,7 @@ SET = [traj("ok1", False), traj("ok2", True), traj("ok3", False, failure="wrong_
 
 
 def test_analyze_buckets_missing_seeds_and_cache(server, tmp_path):
-    analyst = LLMAnalyst("fake", url(server), runs=3, concurrency=4, backoff=0.01, timeout=5)
+    analyst = LLMAnalyst("fake", server.url, runs=3, concurrency=4, backoff=0.01, timeout=5)
     paths = analyst.analyze(SET, tmp_path)
     analyst.close()
     assert [p.name for p in paths] == ["run_01.json", "run_02.json", "run_03.json"]
@@ -150,7 +114,7 @@ def test_analyze_buckets_missing_seeds_and_cache(server, tmp_path):
 
     before = len(server.bodies)
     snapshot = {p.name: p.read_text() for p in (tmp_path / "labels").iterdir()}
-    again = LLMAnalyst("fake", url(server), runs=3, concurrency=4, backoff=0.01, timeout=5)
+    again = LLMAnalyst("fake", server.url, runs=3, concurrency=4, backoff=0.01, timeout=5)
     again.analyze(SET, tmp_path)
     again.close()
     assert len(server.bodies) == before  # every answer came from out/.cache
@@ -159,7 +123,7 @@ def test_analyze_buckets_missing_seeds_and_cache(server, tmp_path):
 
 
 def test_label_run_stats_http_failures_and_timeout(server):
-    analyst = LLMAnalyst("fake", url(server), timeout=0.2, max_retries=1, backoff=0.01, max_parse_retries=1)
+    analyst = LLMAnalyst("fake", server.url, timeout=0.2, max_retries=1, backoff=0.01, max_parse_retries=1)
     caps = [Capability(**c) for c in CAPS]
     labels, stats = analyst.label_run(7, [traj("ok1", False), traj("slow", True), traj("e400", False),
                                           traj("flaky", True)], caps)
@@ -174,7 +138,7 @@ def test_label_run_stats_http_failures_and_timeout(server):
 
 
 def test_discover_samples_both_outcomes_and_rejects_no_failures(server):
-    analyst = LLMAnalyst("fake", url(server), backoff=0.01)
+    analyst = LLMAnalyst("fake", server.url, backoff=0.01)
     caps = analyst.discover(SET, sample=4)
     assert [c.name for c in caps] == [PV, TCP]
     prompt = server.bodies[-1]["messages"][0]["content"]
@@ -197,7 +161,7 @@ def test_balanced_sample_is_deterministic_and_fills_shortfall():
 def test_prompts_dir_override(server, tmp_path):
     (tmp_path / "discover.md").write_text("CUSTOM discovery\n# Failed trajectories\n{failed}\n{passed}")
     (tmp_path / "label.md").write_text("CUSTOM labels for {names}\n{trajectory}")
-    analyst = LLMAnalyst("fake", url(server), prompts_dir=tmp_path, backoff=0.01)
+    analyst = LLMAnalyst("fake", server.url, prompts_dir=tmp_path, backoff=0.01)
     analyst.discover(SET, sample=2)
     labels, stats = analyst.label_run(1, [traj("ok1", False)], [Capability(**c) for c in CAPS])
     analyst.close()
@@ -206,7 +170,7 @@ def test_prompts_dir_override(server, tmp_path):
     assert stats["missing"] == 0 and labels.capabilities[PV].lacking_failed == ["ok1"]
     (tmp_path / "label.md").unlink()
     with pytest.raises(DataError, match="no label.md"):
-        LLMAnalyst("fake", url(server), prompts_dir=tmp_path)
+        LLMAnalyst("fake", server.url, prompts_dir=tmp_path)
 
 
 def test_truncation_keeps_first_user_message_and_the_end():

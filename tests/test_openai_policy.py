@@ -8,12 +8,10 @@ from __future__ import annotations
 import json
 import random
 import socket
-import threading
 import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
-from conftest import serving
+from conftest import FakeOpenAI, JSONHandler, completion, serving
 
 from trace_agents.agent.openai_policy import OpenAIPolicy
 from trace_agents.agent.policy import Request, Sampling
@@ -22,46 +20,12 @@ from trace_agents.types import Message
 TOOLS = [{"type": "function", "function": {"name": "add", "parameters": {"type": "object", "properties": {}}}}]
 
 
-class FakeServer(ThreadingHTTPServer):
-    daemon_threads = True
-
-    def __init__(self):
-        super().__init__(("127.0.0.1", 0), Handler)
-        self.lock = threading.Lock()
-        self.bodies: list[dict] = []
-        self.hits: dict[str, int] = {}
-        self.in_flight = self.max_in_flight = 0
-
-
-def completion(content=None, tool_calls=None, finish="stop"):
-    message = {"role": "assistant", "content": content}
-    if tool_calls:
-        message["tool_calls"] = tool_calls
-    return {
-        "choices": [{"index": 0, "message": message, "finish_reason": finish}],
-        "usage": {"prompt_tokens": 11, "completion_tokens": 7},
-    }
-
-
-class Handler(BaseHTTPRequestHandler):
-    timeout = 5  # a stuck client cannot hold a handler thread forever
-
-    def log_message(self, *args):  # keep pytest output clean
-        pass
-
-    def send(self, status, obj):
-        data = json.dumps(obj).encode()
-        self.send_response(status)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(data)))
-        self.end_headers()
-        self.wfile.write(data)
-
+class Handler(JSONHandler):
     def do_POST(self):
-        srv: FakeServer = self.server  # type: ignore[assignment]
+        srv: FakeOpenAI = self.server  # type: ignore[assignment]
         if self.path != "/v1/chat/completions":
             return self.send(404, {"error": {"message": f"no route {self.path}"}})
-        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        body = self.read_json()
         scenario = body["messages"][-1]["content"]
         with srv.lock:
             srv.bodies.append(body)
@@ -104,13 +68,13 @@ class Handler(BaseHTTPRequestHandler):
 
 @pytest.fixture
 def server():
-    with serving(FakeServer()) as srv:
+    with serving(FakeOpenAI(Handler)) as srv:
         yield srv
 
 
 @pytest.fixture
 def policy(server):
-    p = OpenAIPolicy("fake-model", f"http://127.0.0.1:{server.server_port}/v1", timeout=5, backoff=0.01)
+    p = OpenAIPolicy("fake-model", server.url, timeout=5, backoff=0.01)
     yield p
     p.close()
 
@@ -152,7 +116,7 @@ def test_retries_on_500_then_succeeds(policy, server):
 
 
 def test_gives_up_after_max_retries(server):
-    p = OpenAIPolicy("m", f"http://127.0.0.1:{server.server_port}/v1", max_retries=2, backoff=0.01)
+    p = OpenAIPolicy("m", server.url, max_retries=2, backoff=0.01)
     (reply,) = p.act([req("down")], Sampling())
     p.close()
     assert server.hits["down"] == 3

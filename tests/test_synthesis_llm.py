@@ -5,14 +5,11 @@ validation itself."""
 
 from __future__ import annotations
 
-import json
 import re
-import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
-from conftest import serving
+from conftest import FakeOpenAI, JSONHandler, completion, serving
 from test_validate import GOOD
 
 from trace_agents.synthesis.llm import PROMPTS, extract_module, render_tools, synthesize_env
@@ -35,37 +32,21 @@ def fenced(code: str) -> str:
     return f"Here is the environment.\n\n```python\n{code}```\n"
 
 
-class FakeServer(ThreadingHTTPServer):
-    daemon_threads = True
-
-    def __init__(self, answers: list[str]):
-        super().__init__(("127.0.0.1", 0), Handler)
-        self.answers, self.bodies, self.lock = answers, [], threading.Lock()
-
-
-class Handler(BaseHTTPRequestHandler):
-    def log_message(self, *args):
-        pass
-
+class Handler(JSONHandler):
     def do_POST(self):
-        srv: FakeServer = self.server  # type: ignore[assignment]
-        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        srv: FakeOpenAI = self.server  # type: ignore[assignment]
+        body = self.read_json()
         with srv.lock:
             srv.bodies.append(body)
             answer = srv.answers[min(len(srv.bodies), len(srv.answers)) - 1]  # the last answer repeats
-        data = json.dumps({"choices": [{"index": 0, "finish_reason": "stop",
-                                        "message": {"role": "assistant", "content": answer}}]}).encode()
-        self.send_response(200)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(data)))
-        self.end_headers()
-        self.wfile.write(data)
+        self.send(200, completion(answer))
 
 
 def run(answers: list[str], out: Path, **kwargs):
-    with serving(FakeServer(answers)) as srv:
-        result = synthesize_env(CAPABILITY, TARGET_TOOLS, FAILED, out, model="fake",
-                                base_url=f"http://127.0.0.1:{srv.server_port}/v1", backoff=0.01,
+    server = FakeOpenAI(Handler)
+    server.answers = answers
+    with serving(server) as srv:
+        result = synthesize_env(CAPABILITY, TARGET_TOOLS, FAILED, out, model="fake", base_url=srv.url, backoff=0.01,
                                 validation={"seeds": 2, "timeout": 30}, **kwargs)
     return result, srv.bodies
 
