@@ -7,7 +7,7 @@ success and the share of all-fail or all-pass groups as JSON.
 
 Why: `trace-agents calibrate` over a drill's own first 32 seeds compares different tasks with the target's
 first 32, and per-task success is mostly 0 or 8 of 8, so which tasks the seeds draw moves it by tens of
-points (session 36: drill 14% on its seeds, 30% on the target's tasks; README "The target in the shared
+points (session 36: drill 14% on its seeds, 30% on the target's tasks; docs/results.md "The target in the shared
 mixture").
 """
 

@@ -388,7 +388,7 @@ def calibrate_cmd(
     if hint:
         h = result["hint"]
         # No advice to drop it: without the hint the table recipe's composed model did no better over three seeds
-        # (README "No hint at all"); a hint can still make groups less degenerate at equal success.
+        # (docs/results.md "No hint at all"); a hint can still make groups less degenerate at equal success.
         console.print(f"hint: success {h['without']['success_rate']:.2f} without, {h['with']['success_rate']:.2f} with; "
                       f"degenerate groups {h['without']['degenerate_fraction']:.2f} without, "
                       f"{h['with']['degenerate_fraction']:.2f} with")

@@ -129,7 +129,7 @@ class TrainingCfg(_Cfg):
                               "weights every guard_every steps and keeps the best of them on the same tasks (0: off).")
     carry_optimizer: bool = Field(False, description="With shared_steps: each capability adapter's own steps start from "
                                   "the shared run's AdamW moments instead of a fresh AdamW (training/grpo.py init_optimizer; measured "
-                                  "once, no better: README, session 20).")
+                                  "once, no better: docs/results.md, session 20).")
     shared_target: bool = Field(False, description="With shared_steps: the target's train tasks are one more environment "
                                 "of the shared adapter's mixture (1/(n+1) of its groups with n capability envs; no hint "
                                 "there). Same rollouts: the share comes out of the drills'.")
@@ -506,7 +506,7 @@ def _systems(config: RunConfig, model: str, adapters: dict[str, Path], grpo: Pat
     no gate GRPO rollouts). With a shared adapter, it is a system too (what composition adds to it).
     With `grpo_last_step` (a guard chose among GRPO's steps), GRPO's last step is a system too: on
     fsl_s6 the 32-task probe kept step 8 of 96, 31% on the test tasks against 51% for the last step
-    (README), so the table shows both rather than let the probe's noise decide the comparison. Likewise
+    (docs/results.md), so the table shows both rather than let the probe's noise decide the comparison. Likewise
     `composed_last_step`: the composition of the capability adapters' last steps."""
     t = config.training
     per_adapter = _rollouts_spent(t) + _rollouts_spent(t, t.shared_steps)
@@ -663,7 +663,7 @@ def _valid_envs(synthesis_dir: Path, analysis_dir: Path, a: AnalysisCfg) -> dict
     """The first `a.max_capabilities` valid environments, ranked by their capability's mean Δ or coverage.
 
     Why coverage: under a cap on adapters, Δ can rank first a capability whose absence explains few
-    failures. On bfcl/multiple (session 12, README) Δ put request_detail_coverage (Δ 0.49, ρ 0.27)
+    failures. On bfcl/multiple (session 12, docs/results.md) Δ put request_detail_coverage (Δ 0.49, ρ 0.27)
     before function_selection (Δ 0.42, ρ 0.38), whose absence shows as the base's most common failure
     (a wrong function name, 30 of 72), and the two adapters left it nearly unfixed (30 -> 25)."""
     summary = json.loads((synthesis_dir / "synthesis.json").read_text())["environments"]

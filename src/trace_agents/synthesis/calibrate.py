@@ -11,7 +11,7 @@ each group while sampling (`hint_fraction`): `helps` says whether the base succe
 and each arm's degenerate share whether it spreads rewards within groups (what GRPO learns from). On the
 bfcl/multiple target drills the warmed SmolLM2-135M succeeded less with it (function_selection 23% -> 11%)
 yet training without it did no better over three seeds; the argument drill's groups got less degenerate
-(69% -> 56%) at equal success (README "No hint at all").
+(69% -> 56%) at equal success (docs/results.md "No hint at all").
 """
 
 from __future__ import annotations

@@ -59,7 +59,7 @@ class GRPOConfig:
     """With init_adapter: a checkpoint folder of the run that trained it (`checkpoints/step_N`) whose AdamW
     moments this run starts from (at this run's lr). Why: a fresh AdamW's first steps move every weight by
     about lr whatever the gradient's size, so a few noisy groups can undo what the init adapter learned.
-    Measured once (README, session 20): no better than a fresh AdamW on a target drill's held-out seeds."""
+    Measured once (docs/results.md, session 20): no better than a fresh AdamW on a target drill's held-out seeds."""
     temperature: float = 1.0
     """Sampling temperature of the rollouts (paper: 1.0); GRPO needs sampling, so > 0."""
     max_new_tokens: int = 192

@@ -1,7 +1,7 @@
 """Keep the best of a trained adapter, its kept earlier steps and the adapter it started from (`training.guard_seeds`).
 
 Why: nothing in GRPO stops an adapter from training into a worse policy. On seed 3 of the 1,536-rollout
-table (README) the function_selection adapter's 16 own steps after the shared adapter took it from 32% to
+table (docs/results.md) the function_selection adapter's 16 own steps after the shared adapter took it from 32% to
 15% of the held-out test tasks (train reward 0 in 12 of the 16 steps) and the composed model fell to 23%.
 A few greedy episodes on held-out seeds of the adapter's own environment tell the two apart. A target
 drill's test seeds draw only the target's train tasks, and the target probe (`training.guard_target`)
@@ -77,12 +77,12 @@ def keep_better(model: str, out: Path, init: Path | None, probes: dict[str, Prob
     then init. Writes and returns `out/guard.json`.
 
     Why the kept steps: 16 more own steps of a function_selection expert added 3 and 6 points on the dev
-    split on two seeds and collapsed it from 50% to 15% on a third (README, session 25); the drill score
+    split on two seeds and collapsed it from 50% to 15% on a third (docs/results.md, session 25); the drill score
     moved the same way all three times. Within the same budget (32 shared + 32 own steps, guard at 16 and 32;
-    README, session 26) it did worse than 64 + 16 on two seeds, and on one its drill score rose while the
+    docs/results.md, session 26) it did worse than 64 + 16 on two seeds, and on one its drill score rose while the
     composed model's invalid-JSON replies on the target went from 4 to 21: the drill seeds cannot see that,
     hence a probe on the target's train tasks at the evaluation's token budget (`training.guard_target`). On
-    its first seed (README, session 27) that probe agreed with the drills: it changed no decision.
+    its first seed (docs/results.md, session 27) that probe agreed with the drills: it changed no decision.
 
     Safe to rerun after a crash: training resumed on a finished folder restores `out/adapter` from its
     last checkpoint, and the guard decides again on the same greedy episodes."""
