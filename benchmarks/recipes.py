@@ -42,7 +42,7 @@ RECIPES = [  # all on bfcl/multiple; bfcl/parallel's runs (pl_s2, plt_s2, plt2_s
     ("h0", "`fslh` with no hint at all", ["h0_s2", "h0_s4", "h0_s6"], "composed"),
     ("st", "`fslh` + the target's train tasks in the shared mixture", ["st_s6"], "composed"),
     ("own", "`fslh` on the target's own train tasks only (no borrowed ones); last steps composed",
-     ["own_s2", "own_s6"], "composed_last_step"),
+     ["own_s2", "own_s4", "own_s6"], "composed_last_step"),
     ("own4", "`own` with all four capabilities, 8 own steps each", ["own4_s6"], "composed_last_step"),
 ]
 
