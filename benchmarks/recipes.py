@@ -2,15 +2,15 @@
 
     python benchmarks/recipes.py              # the markdown table in the README's "Measured results"
     python benchmarks/recipes.py --json       # the same figures as JSON
-    python benchmarks/recipes.py --run own_s6 # one record's whole evaluation table (the README's latest run)
+    python benchmarks/recipes.py --run own_s4 # one record's whole evaluation table (the README's "Latest run")
 
 One row per recipe: its records (one training seed each, `benchmarks/results/<run>.json`), mean success of
 the base, of the recipe's composed model and of plain GRPO with the same rollouts, and the pooled paired-bootstrap
 p-value (tasks resampled, each task's success averaged over the seeds: `pipeline.pool_records`, the same as
 `paper_table.py --pool`). GRPO is always its last step (`grpo_last_step` where a guard could pick an earlier
 one, else `grpo`, which then is the last step). The composed side is the one each recipe was reported with:
-`composed_last_step` for `own` (decided in session 37 before either seed's number), the guard-kept `composed`
-elsewhere. Nothing here is typed in by hand but the list of recipes below.
+`composed_last_step` for `own` and `own4` (decided in session 37 before either `own` seed's number), the guard-kept
+`composed` elsewhere. Nothing here is typed in by hand but the list of recipes below.
 """
 
 from __future__ import annotations
