@@ -548,3 +548,15 @@ def test_a_reply_budget_that_cuts_most_answers_stops_the_run_before_any_rollout(
     with pytest.raises(BudgetError, match="evaluation.max_new_tokens 8 cuts .* bfcl/multiple"):
         run_pipeline(config, log=print)
     assert not any(config.run_dir.glob("02_*"))
+
+
+def test_a_step_line_tells_the_time_left_at_the_mean_pace_so_far():
+    from trace_agents.pipeline import _step_line, duration
+
+    line = _step_line(10)
+    step = {"reward": 0.5, "success": 0.5}
+    assert line({**step, "step": 1, "seconds": 10.0}).endswith("(10s, 1m left)")  # 9 steps x 10 s
+    assert line({**step, "step": 2, "seconds": 30.0}).endswith("(30s, 2m left)")  # 8 steps x mean 20 s = 160 s
+    assert line({**step, "step": 10, "seconds": 20.0}).endswith("(20s, 0s left)")
+    assert [duration(s) for s in (0, 59.6, 61, 3599, 3600, 3900, 36_000)] == ["0s", "1m", "1m", "59m", "1h00m",
+                                                                               "1h05m", "10h00m"]

@@ -706,7 +706,25 @@ def _grpo_config(t: TrainingCfg, max_steps: int, **changes):
 
 
 def _step_line(steps: int) -> Callable[[dict], str]:
-    return lambda m: f"step {m['step']}/{steps} reward {m['reward']:.3f} success {m['success']:.2f} ({m['seconds']:.0f}s)"
+    """A training step's log line, with the time left at the mean pace of the steps this process has run (a
+    resumed run does not count the steps its checkpoint skipped)."""
+    seconds: list[float] = []
+
+    def line(m: dict) -> str:
+        seconds.append(m["seconds"])
+        left = (steps - m["step"]) * sum(seconds) / len(seconds)
+        return (f"step {m['step']}/{steps} reward {m['reward']:.3f} success {m['success']:.2f} "
+                f"({m['seconds']:.0f}s, {duration(left)} left)")
+
+    return line
+
+
+def duration(seconds: float) -> str:
+    """`1h05m`, `7m`, `40s`: a wall time in a log line."""
+    s = round(seconds)
+    if s < 60:
+        return f"{s}s"
+    return f"{s // 3600}h{s % 3600 // 60:02d}m" if s >= 3600 else f"{s // 60}m"
 
 
 SHARED = "_shared"  # the shared adapter's folder in the adapters stage (training.shared_steps)
