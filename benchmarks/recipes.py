@@ -27,6 +27,8 @@ RECIPES = [  # all on bfcl/multiple; bfcl/parallel's runs (pl_s2, plt_s2, plt2_s
     ("table", "`--budget table`: drills (fresh variants) on the target's and simple_python's train tasks, one shared "
      "adapter (64 steps), 16 own steps per capability, a guard on 64 drill seeds",
      ["wide_s2g", "wide_s3", "wide_s4g", "wide_s5g", "wide_s6g", "tl_s6"], "composed"),
+    ("table ×2", "`table` at twice its budget: 128 shared + 32 own steps per capability, 3,072 rollouts per "
+     "system (plain GRPO too)", ["tl2x_s6"], "composed"),
     ("wide", "`table` without the guard", ["wide_s2", "wide_s4"], "composed"),
     ("big", "`wide` without simple_python's tasks", ["big_s2", "big_s3"], "composed"),
     ("big + guard", "`table` without simple_python's tasks", ["big_s3g"], "composed"),
