@@ -2,7 +2,7 @@
 
     python benchmarks/recipes.py              # the markdown table in the README's "Measured results"
     python benchmarks/recipes.py --json       # the same figures as JSON
-    python benchmarks/recipes.py --run own_s4 # one record's whole evaluation table (the README's "Latest run")
+    python benchmarks/recipes.py --run tl2x_s6 # one record's whole evaluation table (the README's "Latest run")
 
 One row per recipe: its records (one training seed each, `benchmarks/results/<run>.json`), mean success of
 the base, of the recipe's composed model and of plain GRPO with the same rollouts, and the pooled paired-bootstrap
